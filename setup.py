@@ -1,0 +1,25 @@
+"""toolgym: RL environments and credit-assignment modules for agentic tool search.
+
+Each top-level folder is one subpackage, mapped to ``toolgym.<folder>`` so the repository
+shows the architecture and import names cannot collide with other packages.
+"""
+from pathlib import Path
+
+from setuptools import setup
+
+SUBPACKAGES = ["envs", "retrieval", "data", "agents", "rewards", "trainers"]
+
+setup(
+    name="toolgym",
+    version="0.1.0",
+    description="RL environment suite for LLM agents that search tool libraries",
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    # `toolgym` itself is an implicit namespace package: it has no folder of its own.
+    packages=[f"toolgym.{name}" for name in SUBPACKAGES],
+    package_dir={f"toolgym.{name}": name for name in SUBPACKAGES},
+    package_data={"toolgym.data": ["bundled/*.jsonl.gz", "bundled/*.json", "bundled/LICENSES/*"]},
+    include_package_data=True,
+    entry_points={"console_scripts": ["toolgym = toolgym.trainers.cli:main"]},
+)
