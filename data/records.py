@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 
 @dataclass(frozen=True)
@@ -128,3 +129,31 @@ class Trajectory:
 def first_found(results: list[str], gold: frozenset[str], seen_before: set[str]) -> list[str]:
     """Gold ids in ``results`` not seen in any earlier result of the episode, in rank order."""
     return [t for t in results if t in gold and t not in seen_before]
+
+
+def write_rollouts(path: str | Path, groups: Iterable[tuple[Task, list[Trajectory]]]) -> int:
+    """Write rollout groups as JSONL, one line per task: ``{"task": ..., "trajectories": [...]}``.
+
+    This is the file ``toolgym replay`` re-scores. Returns the number of groups written.
+    """
+    import json
+
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for task, trajs in groups:
+            f.write(json.dumps({"task": task.to_dict(), "trajectories": [t.to_dict() for t in trajs]}) + "\n")
+            n += 1
+    return n
+
+
+def read_rollouts(path: str | Path) -> list[tuple[Task, list[Trajectory]]]:
+    """Read a file written by :func:`write_rollouts`; a bad line names the file and line."""
+    from toolgym.retrieval.jsonl import DatasetFormatError, iter_jsonl
+
+    groups = []
+    for i, rec in enumerate(iter_jsonl(path), start=1):
+        try:
+            groups.append((Task.from_dict(rec["task"]), [Trajectory.from_dict(t) for t in rec["trajectories"]]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DatasetFormatError(f"{path}: rollout group {i}: missing or bad field ({exc})") from None
+    return groups

@@ -70,3 +70,24 @@ def search_recall(seen: Collection[str], gold: Collection[str]) -> float:
     if not gold:
         return 0.0
     return len(set(seen) & set(gold)) / len(set(gold))
+
+
+def counterfactual_decomposition_reward(
+    raw_ranking: Sequence[str],
+    atom_ranking: Sequence[str],
+    gold: Collection[str],
+    k: int,
+    lambda_ndcg: float = 1.0,
+    lambda_full: float = 1.0,
+) -> float:
+    """MagicSelector's counterfactual reward of a decomposition (DESIGN §7).
+
+    R_cf = λ_ndcg · max(0, N_atom − N_raw) + λ_full · (1[G ⊆ T_atom^K] − 1[G ⊆ T_raw^K]),
+    with N = NDCG@K against G, T_raw^K the top-K for the raw context and T_atom^K the fused
+    top-K of the subtasks. It lives here, beside NDCG, so the environment's default reward and
+    the reward module are the same function.
+    """
+    n_raw = ndcg_at_k(raw_ranking, gold, k)
+    n_atom = ndcg_at_k(atom_ranking, gold, k)
+    full_gain = completeness_at_k(atom_ranking, gold, k) - completeness_at_k(raw_ranking, gold, k)
+    return lambda_ndcg * max(0.0, n_atom - n_raw) + lambda_full * full_gain
