@@ -1,0 +1,43 @@
+"""A rule-based request splitter: the no-model baseline for decomposition.
+
+``split_into_clauses`` cuts a request at sentence ends, semicolons and clause-joining
+conjunctions ("and then", ", and", "also", "additionally" ...). It is what
+``toolgym eval --decompose clauses`` retrieves with, so the learned decomposer of the
+``Decompose`` environments has an honest baseline to beat.
+"""
+from __future__ import annotations
+
+import re
+
+# Sentence ends, semicolons and explicit sequencing words. Plain "and" / "also" are too
+# ambiguous ("clubs, managers, and referees", "I'm also curious") to split on.
+_SEPARATOR = re.compile(
+    r"((?<=[.!?])\s+|;\s*|,?\s+(?:and\s+then|and\s+after\s+that|then|after\s+that|afterwards|additionally)\s+)",
+    re.IGNORECASE,
+)
+_MIN_WORDS = 3
+
+
+def split_into_clauses(text: str) -> list[str]:
+    """Split ``text`` into clauses; a fragment under three words stays joined to its neighbour.
+
+    Always returns at least one clause for non-blank input (the whole text if nothing splits).
+    """
+    text = " ".join(text.split())
+    if not text:
+        return []
+    parts = _SEPARATOR.split(text)  # [clause, sep, clause, sep, ..., clause]
+    clauses: list[str] = []
+    pending_sep = ""
+    for i, part in enumerate(parts):
+        if i % 2:  # a separator: kept only if its neighbours merge
+            pending_sep = part
+            continue
+        piece = part.strip(" ,;")
+        if not piece:
+            continue
+        if clauses and (len(piece.split()) < _MIN_WORDS or len(clauses[-1].split()) < _MIN_WORDS):
+            clauses[-1] = (clauses[-1] + pending_sep + piece).strip(" ,;")
+        else:
+            clauses.append(piece)
+    return clauses or [text]

@@ -1,0 +1,91 @@
+"""Records round-trip through JSON; fusion, clause splitting and the counterfactual reward on hand numbers."""
+import json
+import math
+
+import pytest
+
+from toolgym.data.records import SearchEvent, Task, Trajectory, first_found, read_rollouts, write_rollouts
+from toolgym.retrieval.corpus import Tool, ToolCorpus
+from toolgym.retrieval.decompose import split_into_clauses
+from toolgym.retrieval.fusion import fuse, fuse_max_score, fuse_round_robin, fuse_rrf
+from toolgym.retrieval.jsonl import DatasetFormatError
+from toolgym.retrieval.metrics import counterfactual_decomposition_reward
+
+
+def test_task_and_trajectory_roundtrip(tmp_path):
+    task = Task(id="t1", query="q", gold={"a", "b"}, messages=[{"role": "user", "content": "hi"}],
+                subtasks=["x", "y"], group="G1")
+    traj = Trajectory(task_id="t1", events=[SearchEvent(0, "q", None, ["a", "c"], ["a"])], selection=["a"],
+                      terminated_by="submit", num_turns=2, token_ids=[1, 2, 3], loss_mask=[0, 1, 1],
+                      turn_spans=[(1, 3)])
+    assert Task.from_dict(json.loads(json.dumps(task.to_dict()))) == task
+    again = Trajectory.from_dict(json.loads(json.dumps(traj.to_dict())))
+    assert again == traj and again.seen == {"a", "c"}
+    path = tmp_path / "r.jsonl"
+    assert write_rollouts(path, [(task, [traj, traj])]) == 1
+    [(t2, trajs)] = read_rollouts(path)
+    assert t2 == task and trajs == [traj, traj]
+
+
+def test_read_rollouts_names_bad_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"task": {"id": "1", "query": "q", "gold": []}, "trajectories": []}\n{"task": \n')
+    with pytest.raises(DatasetFormatError, match=r"bad.jsonl:2"):
+        read_rollouts(path)
+
+
+def test_first_found_keeps_rank_order_and_skips_seen():
+    assert first_found(["x", "b", "a", "c"], frozenset({"a", "b", "c"}), {"c"}) == ["b", "a"]
+
+
+def test_corpus_rejects_empty_duplicates_and_unknown_category():
+    with pytest.raises(ValueError, match="empty"):
+        ToolCorpus([])
+    with pytest.raises(ValueError, match="duplicate"):
+        ToolCorpus([Tool("a", "a", ""), Tool("a", "b", "")])
+    corpus = ToolCorpus([Tool("a", "A", "does a", "cat1"), Tool("b", "B", "does b", "cat2")])
+    corpus.check_category("cat1")
+    with pytest.raises(ValueError, match="unknown category"):
+        corpus.check_category("nope")
+    assert corpus.text(corpus["a"]) == "cat1 | A: does a"
+    assert corpus.content_hash != ToolCorpus([Tool("a", "A", "does A", "cat1")]).content_hash
+
+
+def test_fusion_by_hand():
+    lists = [["a", "b", "c"], ["d", "a", "e"]]
+    assert fuse_round_robin(lists) == ["a", "d", "b", "c", "e"]
+    assert fuse_round_robin(lists, k=2) == ["a", "d"]
+    # RRF with c=60: a = 1/61 + 1/62, d = 1/61, b = 1/62, e = 1/63, c = 1/63 (b before c: first seen)
+    assert fuse_rrf(lists) == ["a", "d", "b", "c", "e"]
+    assert fuse_max_score(lists, [[0.9, 0.5, 0.1], [0.95, 0.2, 0.3]]) == ["d", "a", "b", "e", "c"]
+    with pytest.raises(ValueError):
+        fuse(lists, "max_score")
+    with pytest.raises(ValueError, match="unknown fusion"):
+        fuse(lists, "borda")
+
+
+def test_counterfactual_reward_by_hand():
+    gold = {"a", "b"}
+    raw = ["x", "a", "y"]          # N_raw@3 = (1/log2 3) / (1 + 1/log2 3); not complete
+    atom = ["a", "b", "x"]         # N_atom@3 = 1; complete
+    ideal = 1 + 1 / math.log2(3)
+    n_raw = (1 / math.log2(3)) / ideal
+    expected = 0.5 * (1 - n_raw) + 2.0 * (1 - 0)
+    assert counterfactual_decomposition_reward(raw, atom, gold, 3, 0.5, 2.0) == pytest.approx(expected)
+    # A worse decomposition: the NDCG term is clipped at 0 but losing completeness costs λ_full.
+    assert counterfactual_decomposition_reward(atom, raw, gold, 3, 0.5, 2.0) == pytest.approx(-2.0)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Find a shelter near the address and then book a hotel in Paris; convert 5 USD to EUR.",
+         ["Find a shelter near the address", "book a hotel in Paris", "convert 5 USD to EUR."]),
+        ("Tell me about clubs, managers, and referees. I'm also curious about transfers he made.",
+         ["Tell me about clubs, managers, and referees.", "I'm also curious about transfers he made."]),
+        ("Check the weather. Ok.", ["Check the weather. Ok."]),
+        ("   ", []),
+    ],
+)
+def test_split_into_clauses(text, expected):
+    assert split_into_clauses(text) == expected

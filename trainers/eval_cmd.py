@@ -1,0 +1,250 @@
+"""``toolgym eval``: score a retriever, a scripted agent or a trained policy on a dataset.
+
+Retriever mode (default) ranks tools for each task's request, optionally split into clauses
+(``--decompose clauses``), reranked (``--rerank``) and cut to a fixed or dynamic top-K, and
+reports NDCG@k / Recall@k / Completeness@k overall and per group (StableToolBench's G1..G3).
+Agent mode (``--env ID --agent NAME``) and policy mode (``--policy CHECKPOINT``) run whole
+episodes and report selection F1/P/R/Match, SRecall and turns.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolgym.data.records import Task
+from toolgym.retrieval.corpus import ToolCorpus
+from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k, recall_at_k, selection_prf
+
+CANDIDATES = 50  # depth retrieved before reranking / dynamic cut
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_argument_group("data")
+    src.add_argument("--dataset", help="bundled dataset name (see toolgym.data.dataset_names())")
+    src.add_argument("--split", default=None, help="dataset split, where the dataset has several")
+    src.add_argument("--tasks", help="tasks JSONL (Task records) — with --corpus, instead of --dataset")
+    src.add_argument("--corpus", help="corpus JSONL (Tool records)")
+    src.add_argument("--limit", type=int, default=None, help="evaluate the first N tasks only")
+    ret = parser.add_argument_group("retriever mode")
+    ret.add_argument("--retriever", default="bm25", choices=["bm25", "dense", "hybrid"])
+    ret.add_argument("--model", default=None, help="embedding model path or id (default: packaged MiniLM)")
+    ret.add_argument("--rerank", nargs="?", const="minilm", default=None, metavar="MODEL",
+                     help="rerank the top candidates with a CrossEncoder (path; default: MiniLM body, untrained head)")
+    ret.add_argument("--decompose", default="none", choices=["none", "clauses"],
+                     help="retrieve per clause of the request and fuse the lists (round robin)")
+    ret.add_argument("--topk", default="10", help="final list size: an integer or 'dynamic' (Algorithm 2)")
+    ret.add_argument("--k", default="1,3,5,10", help="comma-separated cutoffs for N@k, R@k, C@k")
+    ep = parser.add_argument_group("agent / policy mode")
+    ep.add_argument("--env", help="environment id, e.g. toolgym/ToolSearch-StableToolBench-v0")
+    ep.add_argument("--agent", help="scripted agent: raw | oracle | random")
+    ep.add_argument("--policy", help="a trained checkpoint folder (or model path) to run in --env")
+    ep.add_argument("--group-size", type=int, default=1, help="rollouts per task (for --save-rollouts)")
+    ep.add_argument("--save-rollouts", help="write the rollouts JSONL that `toolgym replay` re-scores")
+    ep.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="write the metrics as JSON to this path")
+
+
+def load_eval_data(args: argparse.Namespace) -> tuple[str, ToolCorpus, list[Task]]:
+    from toolgym.data import load_corpus_and_tasks, load_dataset
+
+    if args.dataset and (args.tasks or args.corpus):
+        raise ValueError("give either --dataset or --tasks/--corpus, not both")
+    if args.dataset:
+        ds = load_dataset(args.dataset, split=args.split)
+        name, corpus, tasks = ds.name, ds.corpus, list(ds.tasks)
+    elif args.tasks and args.corpus:
+        corpus, tasks = load_corpus_and_tasks(args.corpus, args.tasks)
+        name = Path(args.tasks).stem
+    else:
+        raise ValueError("give --dataset NAME, or both --tasks PATH and --corpus PATH")
+    if args.limit is not None:
+        tasks = tasks[: args.limit]
+    if not tasks:
+        raise ValueError("no tasks to evaluate")
+    return name, corpus, tasks
+
+
+def request_text(task: Task) -> str:
+    """The text retrieved with for a task: earlier user turns, then the current query."""
+    history = [m["content"] for m in task.messages if m.get("role") == "user" and m.get("content")]
+    return " ".join(history + [task.query]) if history else task.query
+
+
+def parse_ks(text: str) -> list[int]:
+    try:
+        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"--k must be comma-separated integers, got {text!r}") from None
+    if not ks or ks[0] <= 0:
+        raise ValueError(f"--k cutoffs must be positive, got {text!r}")
+    return ks
+
+
+def rank_tasks(
+    index: Any,
+    tasks: Sequence[Task],
+    depth: int,
+    decompose: str = "none",
+    reranker: Any = None,
+) -> tuple[list[list[str]], list[list[float]]]:
+    """Ranked ids and scores per task, searched in one batch (clauses flattened into it)."""
+    from toolgym.retrieval.decompose import split_into_clauses
+    from toolgym.retrieval.fusion import fuse_round_robin
+
+    texts = [request_text(t) for t in tasks]
+    queries_per_task = [split_into_clauses(x) if decompose == "clauses" else [x] for x in texts]
+    flat = [q for qs in queries_per_task for q in qs]
+    results = index.search_batch(flat, k=depth)
+    if reranker is not None:
+        results = reranker.rerank_batch(flat, results, k=depth)
+    rankings, scores, pos = [], [], 0
+    for qs in queries_per_task:
+        group = results[pos : pos + len(qs)]
+        pos += len(qs)
+        if len(group) == 1:
+            rankings.append(list(group[0].ids))
+            scores.append(list(group[0].scores))
+            continue
+        fused = fuse_round_robin([r.ids for r in group], k=depth)
+        best: dict[str, float] = {}
+        for r in group:
+            for tid, s in zip(r.ids, r.scores):
+                best[tid] = max(best.get(tid, -np.inf), s)
+        rankings.append(fused)
+        scores.append([best[t] for t in fused])
+    return rankings, scores
+
+
+def evaluate_retrieval(
+    index: Any,
+    tasks: Sequence[Task],
+    ks: Sequence[int],
+    topk: str = "10",
+    decompose: str = "none",
+    reranker: Any = None,
+) -> dict[str, Any]:
+    """Metrics in % (N@k, R@k, C@k; K, P@K, R@K, C@K, F1@K of the final cut) overall and per group."""
+    from toolgym.retrieval.topk import dual_boundary_dynamic_top_k
+
+    dynamic = topk == "dynamic"
+    if not dynamic:
+        try:
+            fixed_k = int(topk)
+        except ValueError:
+            raise ValueError(f"--topk must be an integer or 'dynamic', got {topk!r}") from None
+        if fixed_k <= 0:
+            raise ValueError("--topk must be positive")
+    depth = max(max(ks), CANDIDATES if (dynamic or reranker is not None) else 0, 0 if dynamic else fixed_k)
+    rankings, scores = rank_tasks(index, tasks, depth, decompose, reranker)
+    embeddings = index.tool_embeddings() if dynamic else None
+    corpus = index.corpus
+
+    per_task: list[dict[str, float]] = []
+    for task, ranking, score in zip(tasks, rankings, scores):
+        row = {}
+        for k in ks:
+            row[f"N@{k}"] = ndcg_at_k(ranking, task.gold, k)
+            row[f"R@{k}"] = recall_at_k(ranking, task.gold, k)
+            row[f"C@{k}"] = completeness_at_k(ranking, task.gold, k)
+        if dynamic:
+            cand = ranking[:CANDIDATES]
+            emb = embeddings[[corpus.index_of(t) for t in cand]] if cand else np.zeros((0, 1))
+            cut = dual_boundary_dynamic_top_k(np.asarray(score[: len(cand)], dtype=float), emb) if cand else 0
+        else:
+            cut = fixed_k
+        final = ranking[:cut]
+        p, r, f1 = selection_prf(final, task.gold)
+        row.update({"K": float(len(final)), "P@K": p, "R@K": r, "F1@K": f1,
+                    "C@K": completeness_at_k(final, task.gold, max(len(final), 1))})
+        per_task.append(row)
+
+    def mean(rows: list[dict[str, float]]) -> dict[str, float]:
+        out = {key: 100.0 * float(np.mean([r[key] for r in rows])) for key in rows[0] if key != "K"}
+        out["K"] = float(np.mean([r["K"] for r in rows]))
+        out["n"] = len(rows)
+        return out
+
+    result: dict[str, Any] = mean(per_task)
+    by_group: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for task, row in zip(tasks, per_task):
+        if task.group:
+            by_group[task.group].append(row)
+    if by_group:
+        result["groups"] = {g: mean(rows) for g, rows in sorted(by_group.items())}
+    return result
+
+
+def print_table(title: str, result: dict[str, Any], keys: Sequence[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("set")
+    for key in keys:
+        table.add_column(key, justify="right")
+    table.add_column("n", justify="right")
+
+    def cells(metrics: dict[str, Any]) -> list[str]:
+        return [f"{metrics[k]:.2f}" if k in ("K", "turns") else f"{metrics[k]:.1f}" for k in keys] + [str(metrics["n"])]
+
+    for group, metrics in result.get("groups", {}).items():
+        table.add_row(group, *cells(metrics))
+    table.add_row("all", *cells(result), style="bold")
+    Console().print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.env or args.agent or args.policy:
+        return run_episodes(args)
+    name, corpus, tasks = load_eval_data(args)
+    ks = parse_ks(args.k)
+    from toolgym.retrieval import build_index
+
+    index = build_index(corpus, args.retriever, model=args.model, show_progress=True)
+    reranker = None
+    if args.rerank:
+        from toolgym.retrieval.rerank import CrossEncoderReranker
+
+        reranker = CrossEncoderReranker(None if args.rerank == "minilm" else args.rerank)
+    result = evaluate_retrieval(index, tasks, ks, topk=args.topk, decompose=args.decompose, reranker=reranker)
+    result["config"] = {"dataset": name, "retriever": args.retriever, "rerank": args.rerank,
+                        "decompose": args.decompose, "topk": args.topk, "k": ks}
+    keys = [f"{m}@{k}" for m in ("N", "R", "C") for k in ks] + ["K", "C@K"]
+    print_table(f"{name}: {args.retriever}" + (" + rerank" if args.rerank else "")
+                + (" + clauses" if args.decompose != "none" else "") + f", top-K={args.topk}", result, keys)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def run_episodes(args: argparse.Namespace) -> int:
+    """Agent or policy mode: whole episodes in an environment."""
+    if not args.env:
+        raise ValueError("--agent and --policy need --env ID (see `toolgym envs`)")
+    if bool(args.agent) == bool(args.policy):
+        raise ValueError("give exactly one of --agent NAME or --policy CHECKPOINT with --env")
+    if args.agent:
+        from toolgym.agents import make_agent
+        from toolgym.trainers.agent_eval import evaluate_agent
+
+        result = evaluate_agent(args.env, make_agent(args.agent, seed=args.seed), dataset=args.dataset,
+                                split=args.split, limit=args.limit, group_size=args.group_size,
+                                save_rollouts=args.save_rollouts, seed=args.seed)
+        who = f"agent={args.agent}"
+    else:
+        from toolgym.trainers.rollout import evaluate_policy
+
+        result = evaluate_policy(args.policy, args.env, dataset=args.dataset, split=args.split, limit=args.limit,
+                                 group_size=args.group_size, save_rollouts=args.save_rollouts, seed=args.seed)
+        who = f"policy={args.policy}"
+    keys = [k for k in ("F1", "P", "R", "Match", "SRecall", "turns", "invalid") if k in result]
+    print_table(f"{args.env}: {who}", result, keys)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
