@@ -1,0 +1,57 @@
+"""The architecture rules of DESIGN §2, checked on the source: imports point one way."""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# package -> toolgym subpackages it must not import
+FORBIDDEN = {
+    "retrieval": {"envs", "agents", "rewards", "trainers"},
+    "data": {"envs", "agents", "rewards", "trainers"},
+    "envs": {"agents", "rewards", "trainers"},
+    "rewards": {"envs", "agents", "trainers"},
+    "agents": {"trainers"},
+}
+NEVER_OUTSIDE_TRAINERS = {"verl", "ray"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_imports_point_one_way(package):
+    bad = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for module in imported_modules(path):
+            parts = module.split(".")
+            if parts[0] in NEVER_OUTSIDE_TRAINERS:
+                bad.append(f"{path.relative_to(ROOT)} imports {module}")
+            if parts[0] == "toolgym" and len(parts) > 1 and parts[1] in FORBIDDEN[package]:
+                bad.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_subpackage_is_mapped_in_setup():
+    setup = (ROOT / "setup.py").read_text()
+    for package in ["envs", "retrieval", "data", "agents", "rewards", "trainers"]:
+        assert (ROOT / package / "__init__.py").exists()
+        assert f'"{package}"' in setup
+
+
+def test_cli_lists_subcommands(capsys):
+    from toolgym.trainers.cli import main
+
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    for name in ("eval", "envs", "replay", "train"):
+        assert name in out
+    assert main(["nonsense"]) == 2
