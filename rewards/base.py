@@ -1,0 +1,154 @@
+"""The reward-module interface, GRPO normalisation and the registry (DESIGN §7).
+
+A reward module scores a *group* (the G rollouts of one task) and returns a
+:class:`GroupCredit`. The trainer gives the tokens of turn ``t`` of rollout ``i`` the advantage
+``turn_advantages[i][t]`` when ``turn_advantages`` is not ``None``, else ``advantages[i]``.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Protocol, runtime_checkable
+
+import numpy as np
+
+from toolgym.data.records import Task, Trajectory
+
+GRPO_EPS = 1e-6
+# Spread below this counts as "all rewards equal": float noise must not become a ±1 advantage.
+ZERO_VARIANCE_TOL = 1e-12
+
+
+@dataclass
+class GroupCredit:
+    """Credit for one group of rollouts of one task.
+
+    ``rewards``: [G] scalar reward per rollout (logged as "reward").
+    ``advantages``: [G] outcome advantage, used for every turn when ``turn_advantages`` is None.
+    ``turn_advantages``: per rollout an array of length ``num_turns``: the advantage of the tokens
+    the policy generated in each (0-based) turn.
+    ``components``: every component by name (``"module/name"``), group means, plus
+    ``"module/zero_var"`` flags (1.0 when that module's group normalisation saw equal rewards).
+    """
+
+    rewards: np.ndarray
+    advantages: np.ndarray
+    turn_advantages: list[np.ndarray] | None = None
+    components: dict[str, float] = field(default_factory=dict)
+
+    def token_advantage(self, rollout: int, turn: int) -> float:
+        """The advantage the trainer gives the tokens of ``turn`` of ``rollout``."""
+        if self.turn_advantages is not None:
+            return float(self.turn_advantages[rollout][turn])
+        return float(self.advantages[rollout])
+
+
+def grpo_advantage(rewards: Iterable[float] | np.ndarray, eps: float = GRPO_EPS) -> np.ndarray:
+    """GRPO group normalisation: A_i = (R_i − mean(R)) / (std(R) + eps).
+
+    Population std (ddof=0), eps = 1e-6. A group whose rewards are all equal gets 0 (also when
+    the spread is float noise), and so does a group of one. Works on the last axis, so an
+    ``[..., G]`` array normalises every group at once.
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    if r.shape[-1] <= 1:
+        return np.zeros_like(r)
+    mean = r.mean(axis=-1, keepdims=True)
+    std = r.std(axis=-1, keepdims=True)
+    adv = (r - mean) / (std + eps)
+    return np.where(std > ZERO_VARIANCE_TOL, adv, 0.0)
+
+
+def grpo_advantage_masked(rewards: np.ndarray, mask: np.ndarray, eps: float = GRPO_EPS) -> np.ndarray:
+    """GRPO normalisation over the members with ``mask`` true only (others get 0).
+
+    A_i = (R_i − mean_{j∈M} R_j) / (std_{j∈M} R + eps) for i ∈ M, else 0; |M| ≤ 1 or equal
+    rewards inside M give 0. Last axis is the group axis.
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    m = np.asarray(mask, dtype=bool)
+    n = m.sum(axis=-1, keepdims=True)
+    safe_n = np.maximum(n, 1)
+    mean = np.where(m, r, 0.0).sum(axis=-1, keepdims=True) / safe_n
+    var = np.where(m, (r - mean) ** 2, 0.0).sum(axis=-1, keepdims=True) / safe_n
+    std = np.sqrt(var)
+    adv = (r - mean) / (std + eps)
+    ok = m & (n > 1) & (std > ZERO_VARIANCE_TOL)
+    return np.where(ok, adv, 0.0)
+
+
+def is_zero_variance(rewards: Iterable[float] | np.ndarray) -> bool:
+    """True when GRPO normalisation of this group gives all zeros (equal rewards or G ≤ 1)."""
+    r = np.asarray(rewards, dtype=np.float64)
+    return r.size <= 1 or float(r.std()) <= ZERO_VARIANCE_TOL
+
+
+def check_group(trajectories: list[Trajectory], task: Task) -> None:
+    """Clear errors for a group that cannot be scored (empty, or rollouts of another task)."""
+    if not trajectories:
+        raise ValueError(f"task {task.id!r}: a group needs at least one trajectory")
+    for t in trajectories:
+        if t.task_id != task.id:
+            raise ValueError(f"trajectory of task {t.task_id!r} in the group of task {task.id!r}")
+
+
+@runtime_checkable
+class RewardModule(Protocol):
+    """What every reward module (and a composite of them) provides.
+
+    ``kind`` is ``"outcome"`` when the module only produces rewards that a composite adds up and
+    then normalises (GRPO on the weighted sum), or ``"credit"`` when it produces its own
+    advantages (ESM, TCA), which a composite adds up with their weights.
+    """
+
+    name: str
+    kind: str
+
+    def score_group(self, trajectories: list[Trajectory], task: Task) -> GroupCredit: ...
+
+
+# -- registry ------------------------------------------------------------------------------
+_REGISTRY: dict[str, Callable[..., RewardModule]] = {}
+
+
+def register_reward(name: str) -> Callable[[Callable[..., RewardModule]], Callable[..., RewardModule]]:
+    """Class/factory decorator: make ``get_reward(name, **options)`` build it."""
+
+    def wrap(factory: Callable[..., RewardModule]) -> Callable[..., RewardModule]:
+        if name in _REGISTRY and _REGISTRY[name] is not factory:
+            raise ValueError(f"reward module {name!r} is already registered")
+        _REGISTRY[name] = factory
+        return factory
+
+    return wrap
+
+
+def reward_names() -> list[str]:
+    """Registered module names (schemes such as ``toolsearcher`` are in ``scheme_names()``)."""
+    return sorted(_REGISTRY)
+
+
+def get_reward_factory(name: str) -> Callable[..., RewardModule]:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown reward module {name!r}; registered: {reward_names()}") from None
+
+
+def call_with_supported(factory: Callable[..., Any], options: dict[str, Any], runtime: dict[str, Any]) -> Any:
+    """Call ``factory(**options)`` plus those ``runtime`` objects (retrieve, embed, ...) it accepts.
+
+    Unknown *options* are an error (a typo in a config must not pass silently); runtime objects
+    a module does not take are simply not passed.
+    """
+    params = inspect.signature(factory).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    unknown = [k for k in options if k not in params and not takes_any]
+    if unknown:
+        raise ValueError(f"{getattr(factory, '__name__', factory)}: unknown option(s) {unknown}; "
+                         f"accepted: {[p for p in params if p != 'self']}")
+    kwargs = dict(options)
+    for key, value in runtime.items():
+        if value is not None and key not in kwargs and (key in params or takes_any):
+            kwargs[key] = value
+    return factory(**kwargs)
