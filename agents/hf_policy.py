@@ -1,0 +1,281 @@
+"""A chat policy over any transformers causal LM (DESIGN §8, §9).
+
+``HFChatPolicy`` generates one assistant turn per environment step, stops at the end of a tool
+call (``</tool_call>``) or at an end-of-turn token, and returns the exact token ids it sampled so
+the trainer never re-tokenises the conversation. ``load_causal_lm`` accepts a local folder, an HF
+id already in the local cache, a ``.gguf`` file, or the alias ``smollm2`` (the SmolLM2-135M-Instruct
+GGUF shipped on PyPI, see ``toolgym.retrieval.models.smollm2_gguf_path``). Nothing downloads.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+SMOLLM2_ALIASES = {"smollm2", "smollm2-135m", "SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"}
+TOOL_CALL_STOP = "</tool_call>"
+# Sentinels used to read the chat template's glue around a tool message; never real text.
+_ASSISTANT_SENTINEL = "\x00ASSISTANT_SENTINEL\x00"
+_TOOL_SENTINEL = "\x00TOOL_SENTINEL\x00"
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("TOOLGYM_CACHE", Path.home() / ".cache" / "toolgym"))
+
+
+def _resolve_gguf(name_or_path: str) -> tuple[str, str | None]:
+    """Return ``(folder_or_id, gguf_file)``; ``gguf_file`` is None for ordinary checkpoints."""
+    if name_or_path in SMOLLM2_ALIASES:
+        from toolgym.retrieval.models import smollm2_gguf_path
+
+        path = smollm2_gguf_path()
+        return str(path.parent), path.name
+    path = Path(name_or_path)
+    if path.suffix == ".gguf":
+        if not path.exists():
+            raise FileNotFoundError(f"GGUF file not found: {path}")
+        return str(path.parent), path.name
+    return name_or_path, None
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """Load a tokenizer offline; a GGUF tokenizer is converted once and cached as tokenizer.json.
+
+    Converting the GGUF vocabulary takes ~10 s on a small CPU, so the converted files are kept
+    under ``$TOOLGYM_CACHE`` (default ``~/.cache/toolgym``), keyed by the GGUF file's name and size.
+    """
+    from transformers import AutoTokenizer
+
+    folder, gguf_file = _resolve_gguf(name_or_path)
+    if gguf_file is None:
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    size = (Path(folder) / gguf_file).stat().st_size
+    cached = _cache_dir() / "tokenizers" / f"{Path(gguf_file).stem}-{size}"
+    if (cached / "tokenizer_config.json").exists():
+        tok = AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
+    else:
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file, local_files_only=True)
+        try:
+            cached.mkdir(parents=True, exist_ok=True)
+            tok.save_pretrained(str(cached))
+        except OSError:
+            pass  # a read-only home only costs the conversion next time
+    # BPE text must round-trip exactly (the env parses it); the clean-up step strips spaces.
+    tok.clean_up_tokenization_spaces = False
+    return tok
+
+
+TINY_ALIASES = {"tiny-llama", "tiny-random-llama"}
+
+
+def tiny_causal_lm(tokenizer: Any, seed: int = 0, hidden_size: int = 32, layers: int = 2) -> Any:
+    """A tiny randomly initialised Llama over ``tokenizer``'s vocabulary (tests and smoke runs)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    end = end_token_ids(None, tokenizer)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=end[0] if end else None, tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+def load_causal_lm(name_or_path: str, dtype: str | torch.dtype | None = None, device: str | None = None) -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` from a folder, a cached HF id, a ``.gguf`` file or ``smollm2``."""
+    from transformers import AutoModelForCausalLM
+
+    if name_or_path in TINY_ALIASES:  # random weights over the SmolLM2 vocabulary
+        tok = load_tokenizer("smollm2")
+        model = tiny_causal_lm(tok)
+        return (model.to(device) if device else model), tok
+    folder, gguf_file = _resolve_gguf(name_or_path)
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    if dtype is not None and dtype != "auto":
+        kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    if device:
+        model.to(device)
+    return model, load_tokenizer(name_or_path)
+
+
+def end_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Token ids that end an assistant turn: the model's EOS ids and the template's end-of-turn token.
+
+    GGUF tokenizers sometimes carry a wrong ``eos_token`` (SmolLM2's says ``<|im_start|>``), so the
+    generation config's EOS and ``<|im_end|>``/``<|eot_id|>`` when present are used instead.
+    """
+    ids: list[int] = []
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (gen_eos if isinstance(gen_eos, list) else [gen_eos]):
+        if value is not None:
+            ids.append(int(value))
+    vocab = tokenizer.get_vocab()
+    for tok in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"):
+        if tok in vocab:
+            ids.append(int(vocab[tok]))
+    if not ids and tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    return sorted(set(ids))
+
+
+@dataclass
+class Generation:
+    """One sampled assistant turn: its text and the exact token ids the model produced."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # "stop" (tool-call end or end-of-turn token) or "length"
+
+
+@dataclass
+class SamplingConfig:
+    """Sampling settings; ``temperature <= 0`` means greedy decoding."""
+
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop_strings: tuple[str, ...] = (TOOL_CALL_STOP,)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "SamplingConfig":
+        d = dict(d or {})
+        if "stop_strings" in d:
+            d["stop_strings"] = tuple(d["stop_strings"])
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown sampling settings: {sorted(unknown)}")
+        return cls(**d)
+
+
+@dataclass
+class ChatGlue:
+    """The chat template's text around a tool message, read off the template once.
+
+    ``after_assistant`` closes the assistant turn and opens the tool message; ``after_tool`` closes
+    it and opens the next assistant turn. Either may start with the end-of-turn token text, which
+    is dropped when the model already generated that token.
+    """
+
+    after_assistant: str
+    after_tool: str
+    end_texts: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any, end_ids: Sequence[int], tool_role: str = "tool") -> "ChatGlue":
+        convo = [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": _ASSISTANT_SENTINEL},
+            {"role": tool_role, "content": _TOOL_SENTINEL},
+        ]
+        text = tokenizer.apply_chat_template(convo, tokenize=False, add_generation_prompt=True)
+        if _ASSISTANT_SENTINEL not in text or _TOOL_SENTINEL not in text:
+            raise ValueError("the chat template drops assistant or tool messages; cannot build tool-turn glue")
+        tail = text.split(_ASSISTANT_SENTINEL, 1)[1]
+        after_assistant, after_tool = tail.split(_TOOL_SENTINEL, 1)
+        end_texts = [tokenizer.decode([i]) for i in end_ids]
+        return cls(after_assistant=after_assistant, after_tool=after_tool, end_texts=[t for t in end_texts if t])
+
+    def tool_turn_text(self, tool_text: str, generated_end: bool) -> str:
+        """Text appended after a policy turn: template glue + tool response + next assistant header."""
+        head = self.after_assistant
+        if generated_end:
+            for end in self.end_texts:
+                if head.startswith(end):
+                    head = head[len(end):]
+                    break
+        return head + tool_text + self.after_tool
+
+
+class HFChatPolicy:
+    """Generate assistant turns with a transformers causal LM and keep the exact token ids.
+
+    ``generate_batch(prompts)`` takes token-id prompts (left-padded internally) and returns one
+    :class:`Generation` per prompt. ``act(messages)`` is the text interface for evaluation.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, sampling: SamplingConfig | dict | None = None, tool_role: str = "tool"):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.sampling = sampling if isinstance(sampling, SamplingConfig) else SamplingConfig.from_dict(sampling)
+        self.end_ids = end_token_ids(model, tokenizer)
+        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_ids[0])
+        self.glue = ChatGlue.from_tokenizer(tokenizer, self.end_ids, tool_role=tool_role)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, sampling: SamplingConfig | dict | None = None,
+                        dtype: str | None = None, device: str | None = None) -> "HFChatPolicy":
+        model, tokenizer = load_causal_lm(name_or_path, dtype=dtype, device=device)
+        return cls(model, tokenizer, sampling)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # -- token-level interface used by the rollout code -------------------------------------------
+    def encode_prompt(self, messages: Sequence[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
+        """Token ids of the chat prompt up to and including the assistant header."""
+        kwargs = {"tools": tools} if tools else {}
+        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True, **kwargs)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def encode_tool_turn(self, tool_text: str, generated_end: bool) -> list[int]:
+        """Token ids of one environment turn: template glue + tool text, tokenised once."""
+        return self.tokenizer.encode(self.glue.tool_turn_text(tool_text, generated_end), add_special_tokens=False)
+
+    def _cut(self, ids: list[int]) -> tuple[list[int], str]:
+        """Cut a sampled continuation at its first end token or completed stop string."""
+        for j, tid in enumerate(ids):
+            if tid in self.end_ids:
+                return ids[: j + 1], "stop"
+            if self.sampling.stop_strings:
+                window = self.tokenizer.decode(ids[max(0, j - 12): j + 1])
+                if any(s in window for s in self.sampling.stop_strings):
+                    return ids[: j + 1], "stop"
+        return ids, "length"
+
+    @torch.no_grad()
+    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int | None = None) -> list[Generation]:
+        """Sample one turn for each token-id prompt (one batched ``model.generate`` call)."""
+        if not prompts:
+            return []
+        s = self.sampling
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding keeps every row's last token at the end
+            input_ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
+            attention[i, width - len(p):] = 1
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": int(max_new_tokens or s.max_new_tokens),
+            "eos_token_id": self.end_ids,
+            "pad_token_id": self.pad_id,
+        }
+        if s.temperature and s.temperature > 0:
+            kwargs.update(do_sample=True, temperature=float(s.temperature), top_p=float(s.top_p), top_k=int(s.top_k))
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if s.stop_strings:
+            kwargs.update(stop_strings=list(s.stop_strings), tokenizer=self.tokenizer)
+        was_training = self.model.training
+        self.model.eval()
+        out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs)
+        if was_training:
+            self.model.train()
+        gens = []
+        for row in out[:, width:].tolist():
+            ids, reason = self._cut(row)
+            gens.append(Generation(self.tokenizer.decode(ids, skip_special_tokens=True), ids, reason))
+        return gens
+
+    # -- text interface (evaluation, scripted use) -------------------------------------------------
+    def act(self, messages: Sequence[dict[str, str]]) -> str:
+        """The next assistant message as text."""
+        return self.generate_batch([self.encode_prompt(messages)])[0].text

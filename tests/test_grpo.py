@@ -1,0 +1,147 @@
+"""Local GRPO: hand-computed loss pieces, a learning update, exact zero gradient through masked tokens."""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from toolgym.agents.hf_policy import load_tokenizer, tiny_causal_lm
+from toolgym.data.records import Trajectory
+from toolgym.rewards.base import GroupCredit, grpo_advantage
+from toolgym.trainers.grpo import (GRPOConfig, GRPOTrainer, TokenBatch, clipped_surrogate, kl_k3, response_logprobs,
+                                   token_advantages, trajectory_token_advantages)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("smollm2")
+
+
+def test_k3_kl_on_hand_numbers():
+    # r = log(0.25) - log(0.5) = -ln 2; exp(r) - r - 1 = 0.5 + ln 2 - 1
+    got = kl_k3(torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)]))
+    assert got.item() == pytest.approx(0.5 + math.log(2) - 1, abs=1e-6)
+    assert kl_k3(torch.tensor([-1.3]), torch.tensor([-1.3])).item() == 0.0
+
+
+def test_clipped_surrogate_on_hand_numbers():
+    logp, old = torch.tensor([math.log(1.5)] * 2), torch.zeros(2)
+    loss, clipped = clipped_surrogate(logp, old, torch.tensor([1.0, -1.0]), 0.2)
+    # A=+1: min(1.5, 1.2) = 1.2 (clipped); A=-1: min(-1.5, -1.2) = -1.5 (not clipped)
+    assert loss.tolist() == pytest.approx([-1.2, 1.5], abs=1e-6)
+    assert clipped.tolist() == [1.0, 0.0]
+
+
+def test_turn_advantages_land_on_their_spans_and_outcome_broadcasts():
+    adv = token_advantages(10, [(2, 4), (6, 9)], [0.5, -2.0])
+    assert adv.tolist() == [0, 0, 0.5, 0.5, 0, 0, -2, -2, -2, 0]
+    traj = Trajectory(task_id="t", token_ids=list(range(8)), loss_mask=[0, 1, 1, 0, 0, 1, 0, 0], turn_spans=[(1, 3), (5, 6)])
+    per_turn = GroupCredit(np.zeros(2), np.array([9.0, 9.0]), [np.array([0.0, 0.0]), np.array([1.5, -0.5])])
+    assert trajectory_token_advantages(traj, per_turn, 1).tolist() == [0, 1.5, 1.5, 0, 0, -0.5, 0, 0]
+    outcome = GroupCredit(np.zeros(2), np.array([0.25, -0.25]))
+    assert trajectory_token_advantages(traj, outcome, 0).tolist() == [0, 0.25, 0.25, 0, 0, 0.25, 0, 0]
+
+
+def _toy_batch(tokenizer):
+    prompt = tokenizer.encode("<|im_start|>user\nfind a weather tool<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    good = tokenizer.encode('<tool_call>{"name": "search", "arguments": {"query": "weather"}}</tool_call>', add_special_tokens=False)
+    bad = tokenizer.encode("I do not know.<|im_end|>", add_special_tokens=False)
+    seqs = [prompt + good, prompt + bad]
+    masks = [[0] * len(prompt) + [1] * len(good), [0] * len(prompt) + [1] * len(bad)]
+    adv = grpo_advantage([1.0, 0.0])  # the rewarded completion gets +1, the other -1
+    advs = [np.where(np.array(m) == 1, a, 0.0) for m, a in zip(masks, adv)]
+    return seqs, masks, advs
+
+
+def test_one_update_raises_logprob_of_rewarded_completion(tokenizer):
+    model = tiny_causal_lm(tokenizer, seed=1)
+    trainer = GRPOTrainer(model, {"lr": 1e-3, "micro_batch_size": 1})
+    seqs, masks, advs = _toy_batch(tokenizer)
+    with torch.no_grad():
+        before = [lp.sum().item() for lp in response_logprobs(trainer.model, seqs, masks)]
+    metrics = trainer.train_on(TokenBatch(seqs, masks, advs))
+    with torch.no_grad():
+        after = [lp.sum().item() for lp in response_logprobs(trainer.model, seqs, masks)]
+    assert after[0] > before[0] + 1e-3
+    assert after[1] < before[1]
+    assert metrics["kl"] == 0.0 and metrics["clip_frac"] == 0.0 and metrics["ratio"] == pytest.approx(1.0)
+    assert metrics["policy_tokens"] == sum(map(sum, masks))
+
+
+def _grads(model, seqs, masks, advs):
+    trainer = GRPOTrainer(copy.deepcopy(model), {"lr": 0.0, "kl_coef": 0.1, "max_grad_norm": 0, "micro_batch_size": 1})
+    batch = TokenBatch(seqs, masks, advs)
+    trainer.prepare(batch)
+    # shift old log-probs so the ratio differs from 1 and the KL reference differs too
+    batch.old_logprobs = [lp - 0.1 for lp in batch.old_logprobs]
+    trainer.train_on(batch)
+    return {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+
+
+def test_masked_tokens_contribute_exactly_zero_gradient(tokenizer):
+    model = tiny_causal_lm(tokenizer, seed=2)
+    seqs, masks, advs = _toy_batch(tokenizer)
+    tool = tokenizer.encode("<|im_start|>tool\n1. weather_api: forecasts of rain<|im_end|>\n", add_special_tokens=False)
+    other = tokenizer.encode("<|im_start|>tool\n1. stock_api: quotes of shares and bonds today<|im_end|>\n", add_special_tokens=False)
+    other = other[: len(tool)]
+    assert other != tool
+    grads = []
+    # retrieved tokens after the response (mask 0) with different content and garbage advantages:
+    # same shapes, so any difference in the gradient would come from the masked tokens themselves
+    for extra, garbage in ((tool, 123.0), (other, -77.0)):
+        s2 = [seqs[0] + extra, seqs[1]]
+        m2 = [masks[0] + [0] * len(extra), masks[1]]
+        a2 = [np.concatenate([advs[0], np.full(len(extra), garbage)]), advs[1]]
+        grads.append(_grads(model, s2, m2, a2))
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for name in grads[0]:
+        assert torch.equal(grads[0][name], grads[1][name]), name
+    base = _grads(model, seqs, masks, advs)  # without the tool tokens: equal up to float rounding
+    for name in base:
+        torch.testing.assert_close(base[name], grads[0][name], rtol=1e-4, atol=1e-8)
+
+
+def test_gradient_accumulation_equals_one_big_batch(tokenizer):
+    model = tiny_causal_lm(tokenizer, seed=3)
+    seqs, masks, advs = _toy_batch(tokenizer)
+    results = []
+    for micro in (1, 2):
+        trainer = GRPOTrainer(copy.deepcopy(model), {"lr": 1e-3, "micro_batch_size": micro})
+        batch = TokenBatch(seqs, masks, advs)
+        trainer.prepare(batch)
+        batch.old_logprobs = [lp - 0.3 for lp in batch.old_logprobs]  # make clipping active
+        metrics = trainer.train_on(batch)
+        results.append((metrics, [p.detach().clone() for p in trainer.model.parameters()]))
+    assert results[0][0]["loss"] == pytest.approx(results[1][0]["loss"], rel=1e-5)
+    assert results[0][0]["clip_frac"] > 0
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_lora_reference_is_the_base_model_with_adapter_off(tokenizer):
+    model = tiny_causal_lm(tokenizer, seed=4)
+    seqs, masks, advs = _toy_batch(tokenizer)
+    with torch.no_grad():
+        original = torch.cat(response_logprobs(model, seqs, masks))
+    trainer = GRPOTrainer(copy.deepcopy(model), {"lr": 1e-2, "lora": {"r": 4, "alpha": 8}})
+    assert trainer.ref_model is None
+    for _ in range(2):
+        trainer.train_on(TokenBatch(seqs, masks, advs))
+    with torch.no_grad():
+        tuned = torch.cat(response_logprobs(trainer.model, seqs, masks))
+        with trainer._reference() as ref:
+            reference = torch.cat(response_logprobs(ref, seqs, masks))
+    assert not torch.allclose(tuned, original)
+    torch.testing.assert_close(reference, original)
+
+
+def test_bad_batches_get_clear_errors():
+    with pytest.raises(ValueError, match="differ"):
+        TokenBatch([[1, 2, 3]], [[0, 1]], [np.zeros(3)])
+    with pytest.raises(ValueError, match="first token"):
+        TokenBatch([[1, 2]], [[1, 1]], [np.zeros(2)])
+    with pytest.raises(ValueError, match="unknown GRPO settings"):
+        GRPOConfig.from_dict({"learning_rate": 1e-3})

@@ -1,0 +1,128 @@
+"""HFChatPolicy (tiny random Llama with the SmolLM2 tokenizer) and OpenAICompatPolicy (loopback server)."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+import torch
+
+from toolgym.agents.hf_policy import HFChatPolicy, load_tokenizer, tiny_causal_lm
+from toolgym.agents.openai_policy import OpenAICompatError, OpenAICompatPolicy
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("smollm2")
+
+
+@pytest.fixture(scope="module")
+def policy(tokenizer):
+    return HFChatPolicy(tiny_causal_lm(tokenizer, seed=0), tokenizer, {"max_new_tokens": 12, "temperature": 0.0})
+
+
+MESSAGES = [{"role": "system", "content": "You find tools."}, {"role": "user", "content": "Book a flight to Oslo"}]
+
+
+def test_greedy_generation_returns_the_models_own_token_ids(policy):
+    prompt = policy.encode_prompt(MESSAGES)
+    gen = policy.generate_batch([prompt])[0]
+    ids = list(prompt)
+    with torch.no_grad():  # replay greedy decoding by hand: each id must be the argmax given the prefix
+        for tid in gen.token_ids:
+            logits = policy.model(torch.tensor([ids])).logits[0, -1]
+            assert int(logits.argmax()) == tid
+            ids.append(tid)
+    assert gen.finish_reason in {"stop", "length"}
+    assert len(gen.token_ids) <= 12
+
+
+def test_batched_left_padding_matches_single_generation(policy):
+    a = policy.encode_prompt(MESSAGES)
+    b = policy.encode_prompt([MESSAGES[0], {"role": "user", "content": "x"}])
+    both = policy.generate_batch([a, b])
+    assert both[0].token_ids == policy.generate_batch([a])[0].token_ids
+    assert both[1].token_ids == policy.generate_batch([b])[0].token_ids
+
+
+def test_cut_stops_after_tool_call_and_end_token(policy, tokenizer):
+    call = '<tool_call>{"name": "search", "arguments": {"query": "flights"}}</tool_call>'
+    ids = tokenizer.encode(call + " trailing words", add_special_tokens=False)
+    cut, reason = policy._cut(ids)
+    assert reason == "stop" and tokenizer.decode(cut).startswith(call) and "trailing" not in tokenizer.decode(cut)
+    end = policy.end_ids[0]
+    cut, reason = policy._cut([100, 200, end, 300])
+    assert cut == [100, 200, end] and reason == "stop"
+    assert policy._cut([100, 200])[1] == "length"
+
+
+def test_tool_turn_glue_reproduces_the_chat_template(policy, tokenizer):
+    reply = '<tool_call>{"name": "search", "arguments": {"query": "weather"}}</tool_call>'
+    tool = "1. weather_api (Weather): current weather"
+    ids = policy.encode_prompt(MESSAGES) + tokenizer.encode(reply, add_special_tokens=False)
+    ids += policy.encode_tool_turn(tool, generated_end=False)
+    expected = tokenizer.apply_chat_template(
+        MESSAGES + [{"role": "assistant", "content": reply}, {"role": "tool", "content": tool}],
+        tokenize=False, add_generation_prompt=True)
+    assert tokenizer.decode(ids) == expected
+    # when the model already emitted <|im_end|>, the glue must not repeat it
+    with_end = policy.encode_tool_turn(tool, generated_end=True)
+    assert tokenizer.decode(with_end).startswith("\n<|im_start|>tool\n")
+
+
+class _ScriptedHandler(BaseHTTPRequestHandler):
+    replies: list[dict] = []
+    seen: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        status, payload = type(self).replies.pop(0)
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def server():
+    httpd = HTTPServer(("127.0.0.1", 0), _ScriptedHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    _ScriptedHandler.replies, _ScriptedHandler.seen = [], []
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", _ScriptedHandler
+    httpd.shutdown()
+
+
+def _choice(text, reason="stop"):
+    return 200, {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": reason}]}
+
+
+def test_openai_policy_restores_stop_string_and_sends_settings(server):
+    url, handler = server
+    handler.replies = [_choice('<tool_call>{"name": "search", "arguments": {"query": "q"}}'), _choice("plain answer")]
+    pol = OpenAICompatPolicy(url, "served-model", api_key="k", temperature=0.7, max_tokens=64)
+    assert pol.act(MESSAGES).endswith("}</tool_call>")
+    assert pol.act(MESSAGES) == "plain answer"
+    sent = handler.seen[0]
+    assert sent["path"] == "/v1/chat/completions" and sent["auth"] == "Bearer k"
+    assert sent["body"]["model"] == "served-model" and sent["body"]["temperature"] == 0.7
+    assert sent["body"]["stop"] == ["</tool_call>"] and sent["body"]["messages"] == MESSAGES
+
+
+def test_openai_policy_retries_server_errors_and_reports_client_errors(server):
+    url, handler = server
+    handler.replies = [(503, {"error": "busy"}), _choice("ok")]
+    assert OpenAICompatPolicy(url, "m", retries=1).act(MESSAGES) == "ok"
+    handler.replies = [(400, {"error": "bad model"})]
+    with pytest.raises(OpenAICompatError, match="HTTP 400"):
+        OpenAICompatPolicy(url, "m").act(MESSAGES)
+    handler.replies = [(200, {"unexpected": True})]
+    with pytest.raises(OpenAICompatError, match="unexpected response"):
+        OpenAICompatPolicy(url, "m").act(MESSAGES)

@@ -1,0 +1,279 @@
+"""Local GRPO on token sequences with per-turn credit (DESIGN §7 token credit, §8).
+
+Per token ``t`` of rollout ``i`` with loss mask 1:
+
+* ratio ``ρ = exp(log π_θ(t) − log π_old(t))``;
+* clipped surrogate ``L_clip = −min(ρ·A, clip(ρ, 1−ε, 1+ε)·A)`` with ``ε = 0.2``;
+* KL to the reference policy, k3 estimator ``k3 = exp(r) − r − 1`` with ``r = log π_ref − log π_θ``;
+* token loss ``L_clip + β·k3`` (``β = 0.001``), averaged over every policy token of the
+  mini-batch (token-mean aggregation).
+
+Log-probs are computed only at response positions: the decoder runs once, the LM head runs on
+the hidden states of masked-in positions in chunks. With LoRA the reference is the same model
+with the adapter disabled; without LoRA a frozen copy is kept.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+
+@dataclass
+class GRPOConfig:
+    """Optimisation settings; ``micro_batch_size`` sequences per forward, gradients accumulate over a mini-batch."""
+
+    lr: float = 1e-6
+    clip_eps: float = 0.2
+    kl_coef: float = 0.001
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 4
+    mini_batch_size: int | None = None  # sequences per optimiser step; None = the whole batch
+    epochs: int = 1  # passes over one rollout batch
+    logprob_chunk: int = 1024  # response positions per LM-head chunk
+    lora: dict[str, Any] | None = None  # e.g. {"r": 16, "alpha": 32, "target_modules": [...]}
+    gradient_checkpointing: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "GRPOConfig":
+        d = dict(d or {})
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown GRPO settings: {sorted(unknown)}")
+        return cls(**d)
+
+
+@dataclass
+class TokenBatch:
+    """Sequences to train on: ids, loss masks and per-token advantages (same lengths)."""
+
+    token_ids: list[list[int]]
+    loss_mask: list[list[int]]
+    advantages: list[np.ndarray]
+    old_logprobs: list[torch.Tensor] | None = None  # per sequence, one value per masked position
+    ref_logprobs: list[torch.Tensor] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for i, (ids, m, a) in enumerate(zip(self.token_ids, self.loss_mask, self.advantages)):
+            if not (len(ids) == len(m) == len(a)):
+                raise ValueError(f"sequence {i}: token_ids {len(ids)}, loss_mask {len(m)}, advantages {len(a)} differ")
+            if m and m[0]:
+                raise ValueError(f"sequence {i}: the first token cannot be a policy token (nothing predicts it)")
+
+
+def token_advantages(num_tokens: int, turn_spans: Sequence[tuple[int, int]], turn_advantage: Sequence[float]) -> np.ndarray:
+    """Spread per-turn advantages onto tokens: tokens in ``turn_spans[t]`` get ``turn_advantage[t]``, others 0."""
+    if len(turn_advantage) < len(turn_spans):
+        raise ValueError(f"{len(turn_spans)} turns but {len(turn_advantage)} turn advantages")
+    adv = np.zeros(num_tokens, dtype=np.float32)
+    for (start, end), value in zip(turn_spans, turn_advantage):
+        adv[start:end] = value
+    return adv
+
+
+def trajectory_token_advantages(trajectory: Any, credit: Any, index: int) -> np.ndarray:
+    """Token advantages of rollout ``index`` of a group from a reward module's ``GroupCredit``.
+
+    Turn ``t`` gets ``credit.turn_advantages[index][t]`` when the scheme gives per-turn credit,
+    else the outcome advantage ``credit.advantages[index]`` is broadcast to every turn.
+    """
+    spans = trajectory.turn_spans or []
+    if credit.turn_advantages is not None:
+        per_turn = np.asarray(credit.turn_advantages[index], dtype=np.float64)
+        if len(per_turn) < len(spans):  # turns the scheme did not score (e.g. a cut last turn) get 0
+            per_turn = np.concatenate([per_turn, np.zeros(len(spans) - len(per_turn))])
+    else:
+        per_turn = np.full(len(spans), float(credit.advantages[index]))
+    return token_advantages(len(trajectory.token_ids), spans, per_turn)
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k3 KL estimator (Schulman): ``exp(r) − r − 1`` with ``r = log π_ref − log π_θ``; ≥ 0, unbiased for KL(π_θ‖π_ref)."""
+    r = ref_logp - logp
+    return torch.exp(r) - r - 1
+
+
+def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip_eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO clipped surrogate per token: ``−min(ρA, clip(ρ, 1−ε, 1+ε)A)``, ``ρ = exp(logp − old_logp)``.
+
+    Returns ``(loss per token, clipped indicator per token)``.
+    """
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv
+    loss = -torch.minimum(unclipped, clipped)
+    return loss, (clipped < unclipped).float()
+
+
+def grpo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None, adv: torch.Tensor,
+                    clip_eps: float = 0.2, kl_coef: float = 0.001) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token GRPO loss ``L_clip + β·k3`` (1-D tensors over policy tokens) and its parts."""
+    pg, clipped = clipped_surrogate(logp, old_logp, adv, clip_eps)
+    kl = kl_k3(logp, ref_logp) if ref_logp is not None else torch.zeros_like(logp)
+    return pg + kl_coef * kl, {"pg": pg, "kl": kl, "clipped": clipped}
+
+
+def _decoder_and_head(model: Any) -> tuple[Any, Any]:
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    head = model.get_output_embeddings()
+    if decoder is None or head is None:
+        raise TypeError(f"{type(model).__name__}: need get_decoder() and get_output_embeddings() for response-only log-probs")
+    return decoder, head
+
+
+def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
+                      chunk: int = 1024) -> list[torch.Tensor]:
+    """log π(token_p | tokens_<p) at every position ``p`` with mask 1, for each sequence.
+
+    One decoder pass over the right-padded batch; the LM head and log-softmax run only on the
+    hidden states that predict masked-in tokens, ``chunk`` positions at a time, in float32.
+    """
+    device = next(model.parameters()).device
+    width = max(len(s) for s in sequences)
+    ids = torch.zeros((len(sequences), width), dtype=torch.long)
+    attn = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+        attn[i, : len(s)] = 1
+    decoder, head = _decoder_and_head(model)
+    hidden = decoder(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state
+    rows, cols, targets, counts = [], [], [], []
+    for i, (s, m) in enumerate(zip(sequences, masks)):
+        pos = [p for p in range(1, len(s)) if m[p]]
+        rows += [i] * len(pos)
+        cols += [p - 1 for p in pos]  # the hidden state at p-1 predicts token p
+        targets += [s[p] for p in pos]
+        counts.append(len(pos))
+    if not rows:
+        return [hidden.new_zeros(0) for _ in sequences]
+    picked = hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]
+    tgt = torch.tensor(targets, device=device)
+    out = []
+    for start in range(0, len(rows), chunk):
+        logits = head(picked[start:start + chunk]).float()
+        out.append(torch.log_softmax(logits, dim=-1).gather(-1, tgt[start:start + chunk, None]).squeeze(-1))
+    flat = torch.cat(out)
+    return list(torch.split(flat, counts))
+
+
+class GRPOTrainer:
+    """Owns the policy model, the reference and the optimiser; ``train_on(batch)`` does one GRPO update."""
+
+    def __init__(self, model: Any, config: GRPOConfig | dict | None = None):
+        self.config = config if isinstance(config, GRPOConfig) else GRPOConfig.from_dict(config)
+        cfg = self.config
+        self.uses_lora = bool(cfg.lora)
+        if self.uses_lora and not hasattr(model, "disable_adapter"):
+            from peft import LoraConfig, get_peft_model
+
+            lora = dict(cfg.lora)
+            lora_config = LoraConfig(
+                r=int(lora.pop("r", 16)), lora_alpha=int(lora.pop("alpha", 32)),
+                lora_dropout=float(lora.pop("dropout", 0.0)),
+                target_modules=list(lora.pop("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"])),
+                task_type="CAUSAL_LM", **lora)
+            model = get_peft_model(model, lora_config)
+        self.model = model
+        self.ref_model = None
+        if not self.uses_lora and cfg.kl_coef > 0:
+            self.ref_model = copy.deepcopy(model).eval()
+            for p in self.ref_model.parameters():
+                p.requires_grad_(False)
+        if cfg.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+            model.gradient_checkpointing_enable()
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    @contextmanager
+    def _reference(self) -> Iterator[Any]:
+        if self.ref_model is not None:
+            yield self.ref_model
+        else:
+            with self.model.disable_adapter():
+                yield self.model
+
+    def _micro_batches(self, idx: Sequence[int]) -> Iterator[list[int]]:
+        step = max(1, self.config.micro_batch_size)
+        for start in range(0, len(idx), step):
+            yield list(idx[start:start + step])
+
+    @torch.no_grad()
+    def prepare(self, batch: TokenBatch) -> None:
+        """Fill old (current policy, before the update) and reference log-probs, no gradients."""
+        cfg = self.config
+        n = len(batch.token_ids)
+        old: list[torch.Tensor] = [None] * n  # type: ignore[list-item]
+        ref: list[torch.Tensor] = [None] * n  # type: ignore[list-item]
+        was_training = self.model.training
+        self.model.eval()
+        for mb in self._micro_batches(range(n)):
+            seqs = [batch.token_ids[i] for i in mb]
+            masks = [batch.loss_mask[i] for i in mb]
+            for i, lp in zip(mb, response_logprobs(self.model, seqs, masks, cfg.logprob_chunk)):
+                old[i] = lp.detach()
+            if cfg.kl_coef > 0:
+                with self._reference() as ref_model:
+                    for i, lp in zip(mb, response_logprobs(ref_model, seqs, masks, cfg.logprob_chunk)):
+                        ref[i] = lp.detach()
+        self.model.train(was_training)
+        batch.old_logprobs = old
+        batch.ref_logprobs = ref if cfg.kl_coef > 0 else None
+
+    def train_on(self, batch: TokenBatch) -> dict[str, float]:
+        """One GRPO update on ``batch`` (``epochs`` passes, one optimiser step per mini-batch)."""
+        cfg = self.config
+        if batch.old_logprobs is None:
+            self.prepare(batch)
+        n = len(batch.token_ids)
+        mini = cfg.mini_batch_size or n
+        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio": 0.0}
+        tokens_seen = 0
+        grad_norms = []
+        self.model.train()
+        rng = np.random.default_rng(len(batch.token_ids))
+        for _ in range(cfg.epochs):
+            order = rng.permutation(n) if cfg.epochs > 1 else np.arange(n)
+            for start in range(0, n, mini):
+                members = [int(i) for i in order[start:start + mini]]
+                total = sum(int(sum(batch.loss_mask[i])) for i in members)
+                if total == 0:
+                    continue
+                self.optimizer.zero_grad(set_to_none=True)
+                for mb in self._micro_batches(members):
+                    seqs = [batch.token_ids[i] for i in mb]
+                    masks = [batch.loss_mask[i] for i in mb]
+                    logps = response_logprobs(self.model, seqs, masks, cfg.logprob_chunk)
+                    logp = torch.cat(logps)
+                    if logp.numel() == 0:
+                        continue
+                    device = logp.device
+                    old = torch.cat([batch.old_logprobs[i] for i in mb]).to(device)
+                    ref = torch.cat([batch.ref_logprobs[i] for i in mb]).to(device) if batch.ref_logprobs else None
+                    adv = torch.cat([torch.as_tensor(np.asarray(batch.advantages[i])[np.asarray(batch.loss_mask[i], dtype=bool)],
+                                                     dtype=torch.float32) for i in mb]).to(device)
+                    tok_loss, parts = grpo_token_loss(logp, old, ref, adv, cfg.clip_eps, cfg.kl_coef)
+                    # token-mean over the whole mini-batch: divide by its token count, not the micro-batch's
+                    (tok_loss.sum() / total).backward()
+                    with torch.no_grad():
+                        sums["loss"] += float(tok_loss.sum())
+                        sums["pg_loss"] += float(parts["pg"].sum())
+                        sums["kl"] += float(parts["kl"].sum())
+                        sums["clip_frac"] += float(parts["clipped"].sum())
+                        sums["ratio"] += float(torch.exp(logp - old).sum())
+                        tokens_seen += logp.numel()
+                params = [p for p in self.model.parameters() if p.requires_grad]
+                norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
+                grad_norms.append(float(norm))
+                self.optimizer.step()
+        metrics = {k: v / max(tokens_seen, 1) for k, v in sums.items()}
+        metrics["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+        metrics["policy_tokens"] = float(tokens_seen / max(cfg.epochs, 1))
+        metrics["optimizer_steps"] = float(len(grad_norms))
+        return metrics

@@ -1,0 +1,141 @@
+"""Rollouts with exact token ids (DESIGN §7 token credit, §8 local GRPO).
+
+Every slot is one environment running one episode; all live slots generate their next turn in
+one batched call. The token sequence of a rollout is built incrementally and never
+re-tokenised: prompt ids (chat template, tokenised once), then per turn the ids the policy
+sampled (loss mask 1) followed by the environment's turn — template glue + tool text, tokenised
+once per turn (loss mask 0). ``turn_spans[t]`` is the ``[start, end)`` range of the policy's
+tokens in turn ``t``, so a turn's advantage lands exactly on the tokens it produced.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from toolgym.data.records import Trajectory
+
+
+@dataclass
+class Rollout:
+    """One finished episode: the trajectory (with token fields filled) and rollout statistics."""
+
+    trajectory: Trajectory
+    env_return: float
+    generated_tokens: int
+    finish_reasons: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+
+
+@dataclass(eq=False)
+class _Slot:
+    env: Any
+    task_ref: Any
+    seed: int | None
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    env_return: float = 0.0
+    finish_reasons: list[str] = field(default_factory=list)
+    messages: list[dict[str, str]] = field(default_factory=list)
+    trajectory: Trajectory | None = None
+    prompt_tokens: int = 0
+    task_id: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.trajectory is not None
+
+
+def _fallback_trajectory(slot: _Slot, info: dict[str, Any], terminated_by: str) -> Trajectory:
+    """Trajectory for an episode the rollout had to stop (context full) before the env ended it."""
+    traj = info.get("trajectory")
+    if isinstance(traj, Trajectory):
+        return traj
+    return Trajectory(task_id=slot.task_id, events=list(info.get("events") or []), terminated_by=terminated_by,
+                      invalid_actions=int(info.get("invalid_actions", 0)), messages=list(slot.messages),
+                      num_turns=len(slot.turn_spans))
+
+
+def collect_rollouts(policy: Any, envs: Sequence[Any], task_refs: Sequence[Any], seeds: Sequence[int | None] | None = None,
+                     max_context_tokens: int = 8192, reset_options: dict[str, Any] | None = None) -> list[Rollout]:
+    """Run one episode in each ``envs[i]`` on task ``task_refs[i]``, generating turns in batches.
+
+    ``policy`` is an :class:`~toolgym.agents.hf_policy.HFChatPolicy` (or anything with
+    ``encode_prompt``, ``encode_tool_turn``, ``generate_batch``, ``end_ids``). Tasks are picked
+    with ``reset(options={"task": ref, **reset_options})``. An episode whose context would exceed
+    ``max_context_tokens`` is cut and its trajectory marked ``terminated_by="context"``.
+    """
+    if len(envs) != len(task_refs):
+        raise ValueError(f"{len(envs)} envs for {len(task_refs)} tasks")
+    seeds = list(seeds) if seeds is not None else [None] * len(envs)
+    slots: list[_Slot] = []
+    for env, ref, seed in zip(envs, task_refs, seeds):
+        _, info = env.reset(seed=seed, options={**(reset_options or {}), "task": ref})
+        slot = _Slot(env=env, task_ref=ref, seed=seed, messages=list(info["messages"]))
+        task = info.get("task")
+        slot.task_id = str(getattr(task, "id", info.get("task_id", ref)))
+        slot.token_ids = list(policy.encode_prompt(info["messages"], tools=info.get("tools")))
+        slot.loss_mask = [0] * len(slot.token_ids)
+        slot.prompt_tokens = len(slot.token_ids)
+        slots.append(slot)
+
+    max_new = int(policy.sampling.max_new_tokens)
+    while True:
+        live = [s for s in slots if not s.done]
+        if not live:
+            break
+        room = []
+        for s in live:
+            if len(s.token_ids) + max_new <= max_context_tokens:
+                room.append(s)
+            else:
+                s.trajectory = _fallback_trajectory(s, {}, "context")
+        if not room:
+            break
+        gens = policy.generate_batch([s.token_ids for s in room])
+        for slot, gen in zip(room, gens):
+            start = len(slot.token_ids)
+            slot.token_ids.extend(gen.token_ids)
+            slot.loss_mask.extend([1] * len(gen.token_ids))
+            slot.turn_spans.append((start, len(slot.token_ids)))
+            slot.finish_reasons.append(gen.finish_reason)
+            obs, reward, terminated, truncated, info = slot.env.step(gen.text)
+            slot.env_return += float(reward)
+            slot.messages.append({"role": "assistant", "content": gen.text})
+            if terminated or truncated:
+                traj = info.get("trajectory")
+                if not isinstance(traj, Trajectory):
+                    raise TypeError("the env must put a Trajectory in info['trajectory'] at episode end")
+                slot.trajectory = traj
+                continue
+            slot.messages.append({"role": "tool", "content": str(obs)})
+            generated_end = bool(gen.token_ids) and gen.token_ids[-1] in policy.end_ids
+            glue = policy.encode_tool_turn(str(obs), generated_end)
+            slot.token_ids.extend(glue)
+            slot.loss_mask.extend([0] * len(glue))
+
+    out = []
+    for s in slots:
+        traj = s.trajectory
+        assert traj is not None
+        traj.token_ids = list(s.token_ids)
+        traj.loss_mask = list(s.loss_mask)
+        traj.turn_spans = [tuple(span) for span in s.turn_spans]
+        out.append(Rollout(traj, s.env_return, sum(s.loss_mask), s.finish_reasons, s.prompt_tokens))
+    return out
+
+
+def rollout_groups(policy: Any, envs: Sequence[Any], task_refs: Sequence[Any], group_size: int,
+                   seed: int = 0, **kwargs: Any) -> list[list[Rollout]]:
+    """``group_size`` rollouts of each task, all generated together; ``envs`` needs one env per rollout.
+
+    Returns one list of rollouts per task, in the order of ``task_refs``.
+    """
+    need = len(task_refs) * group_size
+    if len(envs) < need:
+        raise ValueError(f"need {need} envs for {len(task_refs)} tasks x {group_size} rollouts, got {len(envs)}")
+    flat_refs = [ref for ref in task_refs for _ in range(group_size)]
+    seeds = [seed + i for i in range(need)]
+    flat = collect_rollouts(policy, envs[:need], flat_refs, seeds, **kwargs)
+    return [flat[i * group_size:(i + 1) * group_size] for i in range(len(task_refs))]
