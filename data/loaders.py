@@ -640,7 +640,7 @@ def load_api_bank(
 # ---------------------------------------------------------------------------------------
 # UltraTool plans (TaskBench format)
 # ---------------------------------------------------------------------------------------
-_STEP_PREFIX = re.compile(r"^\s*(?:Step\s*\d+(?:\.\d+)*|\d+(?:\.\d+)+|\d+)\s*[.:)]?\s*", re.IGNORECASE)
+_STEP_PREFIX = re.compile(r"^\s*(?:Step\s*\d+(?:\.\d+)*|\d+(?:\.\d+)+)\s*[.:)]?\s*", re.IGNORECASE)
 # "Call flight_search to", "call X again to", "Use X for": the tool-naming part of a step.
 _CALL_PART = re.compile(r"\b(?:call|use|invoke)\s+([A-Za-z0-9][\w.\-]*)\s+(?:again\s+)?(?:to|for)\s+", re.IGNORECASE)
 
