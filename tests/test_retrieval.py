@@ -1,0 +1,193 @@
+"""ToolIndex: BM25 / dense / hybrid search, exact category filter, LRU, batching, disk cache, bad input."""
+import numpy as np
+import pytest
+
+from toolgym.data import load_dataset
+from toolgym.retrieval import SearchResult, Tool, ToolCorpus, build_index
+from toolgym.retrieval.fusion import fuse_rrf
+from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
+
+
+@pytest.fixture(scope="module")
+def seal():
+    return load_dataset("seal_tools")
+
+
+@pytest.fixture(scope="module")
+def bm25(seal):
+    return build_index(seal.corpus, "bm25")
+
+
+@pytest.fixture(scope="module")
+def small(seal):
+    """Four Seal-Tools categories (a few hundred tools): small enough to encode in a test."""
+    keep = set(seal.corpus.categories[:4])
+    return ToolCorpus([t for t in seal.corpus if t.category in keep], name="seal_small")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("emb")
+
+
+@pytest.fixture(scope="module")
+def dense(small, cache_dir):
+    return build_index(small, "dense", cache_dir=cache_dir)
+
+
+def test_bm25_reproduces_the_seal_tools_anchor(seal, bm25):
+    # Published BM25 on Seal-Tools dev: NDCG@1 ≈ 81, Completeness@10 ≈ 59 (docs/retrieval.md).
+    res = bm25.search_batch([t.query for t in seal.tasks], k=10)
+    n1 = np.mean([ndcg_at_k(r.ids, t.gold, 1) for r, t in zip(res, seal.tasks)]) * 100
+    c10 = np.mean([completeness_at_k(r.ids, t.gold, 10) for r, t in zip(res, seal.tasks)]) * 100
+    assert 79 <= n1 <= 84, n1
+    assert 57 <= c10 <= 62, c10
+
+
+def test_bm25_scores_equal_bm25s_own_retrieve(seal, bm25):
+    import bm25s
+
+    queries = [t.query for t in seal.tasks[:20]]
+    tokens = bm25s.tokenize(queries, stopwords="en", stemmer=bm25._bm25.stemmer, show_progress=False)
+    docs, scores = bm25._bm25.retriever.retrieve(tokens, k=5, show_progress=False)
+    for res, d, s in zip(bm25.search_batch(queries, k=5), docs, scores):
+        np.testing.assert_allclose(res.scores, s, rtol=1e-5)
+        # Same set of documents (their order may differ only among exact ties).
+        assert {seal.corpus.index_of(i) for i in res.ids} == set(d.tolist()) or np.any(np.diff(s) == 0)
+
+
+def test_bm25_category_filter_is_exact_top_k_within_the_category(seal, bm25):
+    corpus = seal.corpus
+    query = "schedule a meeting and send an email reminder to the team"
+    for category in corpus.categories[:12]:
+        res = bm25.search(query, category=category, k=5)
+        rows = [i for i, t in enumerate(corpus) if t.category == category]
+        full = bm25._bm25.retriever.get_scores(
+            __import__("bm25s").tokenize(query, stopwords="en", stemmer=bm25._bm25.stemmer,
+                                         return_ids=False, show_progress=False)[0]
+        )
+        expected = sorted(rows, key=lambda i: (-full[i], i))[:5]
+        assert all(corpus[i].category == category for i in res.ids)
+        np.testing.assert_allclose(res.scores, full[expected], rtol=1e-5)
+        assert list(res.scores) == sorted(res.scores, reverse=True)
+
+
+def test_k_larger_than_category_or_corpus_returns_what_exists(seal, bm25, small):
+    category = min(seal.corpus.categories, key=lambda c: sum(t.category == c for t in seal.corpus))
+    size = sum(t.category == category for t in seal.corpus)
+    res = bm25.search("find something", category=category, k=size + 50)
+    assert len(res) == len(res.scores) == size
+    assert {seal.corpus[i].category for i in res.ids} == {category}
+    tiny = build_index(ToolCorpus(list(small)[:3], name="three"), "bm25")
+    assert len(tiny.search("anything at all", k=10)) == 3
+
+
+def test_batch_equals_one_by_one_across_categories(seal, bm25):
+    tasks = seal.tasks[:30]
+    cats = [None if i % 3 else seal.corpus.categories[i % 7] for i in range(len(tasks))]
+    batch = build_index(seal.corpus, "bm25", cache_size=0).search_batch([t.query for t in tasks], cats, k=7)
+    one = [bm25.search(t.query, c, k=7) for t, c in zip(tasks, cats)]
+    assert batch == one
+
+
+def test_lru_cache_keys_on_query_category_k_and_version(seal):
+    index = build_index(seal.corpus, "bm25", cache_size=2)
+    first = index.search("weather forecast for tomorrow", k=3)
+    assert index.search("weather forecast for tomorrow", k=3) is first
+    assert index.cache_info()["hits"] == 1
+    assert index.search("weather forecast for tomorrow", k=4) is not first  # k is in the key
+    cat = seal.corpus.categories[0]
+    index.search("weather forecast for tomorrow", category=cat, k=3)  # evicts the oldest (k=3, None)
+    assert index.cache_info()["size"] == 2
+    assert index.search("weather forecast for tomorrow", k=3) is not first
+    again = index.search("weather forecast for tomorrow", k=3)
+    index.invalidate()
+    assert index.version == 1
+    assert index.search("weather forecast for tomorrow", k=3) is not again
+    off = build_index(seal.corpus, "bm25", cache_size=0)
+    assert off.search("weather", k=3) is not off.search("weather", k=3)
+    assert off.search("weather", k=3) == off.search("weather", k=3)
+
+
+def test_bad_input_gets_clear_value_errors(seal, bm25):
+    for query in ["", "   \n\t"]:
+        with pytest.raises(ValueError, match="empty"):
+            bm25.search(query)
+    with pytest.raises(ValueError, match="unknown category"):
+        bm25.search("weather", category="Not A Category")
+    for k in [0, -3, 2.5, "5", True]:
+        with pytest.raises(ValueError, match="k must be a positive integer"):
+            bm25.search("weather", k=k)
+    with pytest.raises(ValueError, match="categories"):
+        bm25.search_batch(["a b", "c d"], [None])
+    with pytest.raises(ValueError, match="sequence of queries"):
+        bm25.search_batch("weather")
+    with pytest.raises(ValueError, match="unknown retrieval method"):
+        build_index(seal.corpus, "tfidf")
+    with pytest.raises(ValueError, match="empty"):
+        build_index(ToolCorpus([], name="none"), "bm25")
+    # Only stopwords / unknown words: a valid query that matches nothing, not a crash.
+    res = bm25.search("the of and zzzqqqxx", k=4)
+    assert len(res) == 4 and res.scores == (0.0, 0.0, 0.0, 0.0)
+    assert bm25.search_batch([], k=3) == []
+
+
+def test_dense_matches_brute_force_and_filters_exactly(small, dense):
+    emb = dense.tool_embeddings()
+    assert emb.shape == (len(small), 384) and emb.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    queries = ["plan a trip to the mountains", "measure the quality of river water", "diagnose a patient"]
+    qv = dense.embed(queries)
+    np.testing.assert_allclose(np.linalg.norm(qv, axis=1), 1.0, atol=1e-5)
+    sims = qv @ emb.T
+    for q, res, row in zip(queries, dense.search_batch(queries, k=6), sims):
+        np.testing.assert_allclose(res.scores, np.sort(row)[::-1][:6], rtol=1e-4, atol=1e-5)
+        assert small.index_of(res.ids[0]) == int(np.argmax(row))
+        for category in small.categories:
+            rows = np.array([i for i, t in enumerate(small) if t.category == category])
+            got = dense.search(q, category, k=4)
+            best = rows[np.argsort(-row[rows], kind="stable")[:4]]
+            assert [small.index_of(i) for i in got.ids] == best.tolist()
+    # k beyond the corpus returns the corpus.
+    assert len(dense.search("anything", k=10_000)) == len(small)
+
+
+def test_embedding_matrix_is_cached_on_disk_by_model_and_corpus_hash(small, dense, cache_dir):
+    path = dense.embedding_cache_path
+    assert path.exists() and small.content_hash in path.name and "minilm" in path.name.lower()
+    warm = build_index(small, "dense", cache_dir=cache_dir)
+    assert warm._encoder is None  # loaded from disk: the encoder was never needed
+    np.testing.assert_array_equal(warm.tool_embeddings(), dense.tool_embeddings())
+    # A different corpus gets a different file.
+    other = ToolCorpus(list(small)[:5], name="five")
+    assert build_index(other, "bm25", cache_dir=cache_dir).embedding_cache_path != path
+
+
+def test_hybrid_is_rrf_of_bm25_and_dense(small, cache_dir):
+    hybrid = build_index(small, "hybrid", cache_dir=cache_dir)
+    lexical = build_index(small, "bm25")
+    dense = build_index(small, "dense", cache_dir=cache_dir)
+    q = "check the water quality of a lake"
+    depth = 100
+    expected = fuse_rrf([lexical.search(q, k=depth).ids, dense.search(q, k=depth).ids], k=5)
+    res = hybrid.search(q, k=5)
+    assert list(res.ids) == expected
+    assert res.scores[0] <= 2 / 61 and list(res.scores) == sorted(res.scores, reverse=True)
+    cat = small.categories[1]
+    assert {small[i].category for i in hybrid.search(q, cat, k=50).ids} == {cat}
+
+
+def test_bm25_index_embeds_lazily(small, cache_dir):
+    index = build_index(small, "bm25", cache_dir=cache_dir)
+    assert index._encoder is None
+    vec = index.embed(["convert currency"])
+    assert vec.shape == (1, 384)
+    assert index.tool_embeddings().shape == (len(small), 384)
+    assert index.embed([]).shape == (0, 384)
+
+
+def test_search_result_is_a_frozen_record():
+    res = SearchResult(("a",), (1.0,))
+    with pytest.raises(AttributeError):
+        res.ids = ("b",)
+    assert Tool("a", "a", "d").category is None
