@@ -1,12 +1,10 @@
 """Benchmark loaders, the dataset registry and the bundled copies (toolgym.data.loaders)."""
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -293,7 +291,7 @@ def test_toolgym_jsonl_round_trip(tmp_path):
 
 
 # -- bad input: one error naming the file and the line ---------------------------------------------
-def _copy_truncated(src: Path, dst: Path, keep_lines: int, cut_chars: int = 15) -> Path:
+def _copy_truncated(src: Path, dst: Path, keep_lines: int) -> Path:
     lines = src.read_text(encoding="utf-8").splitlines(keepends=True)[:keep_lines]
     lines[-1] = lines[-1][: len(lines[-1]) // 2]  # cut the last kept line mid-record
     dst.write_text("".join(lines), encoding="utf-8")
