@@ -1,0 +1,59 @@
+"""Category-constrained tool discrimination (CCTD) as a declared schedule.
+
+ToolSearcher trains the first 30% of its run with every search confined to one category
+(the search schema gains a required ``category`` argument), then switches to global search
+(17 of 56 steps in its appendix). :class:`CategoryCurriculum` states that schedule once; an
+environment given one picks each episode's category mode from it and reports the phase in
+``info["curriculum_phase"]``.
+
+Progress is, in order of preference, ``options["progress"]`` passed to ``reset`` (a trainer
+that knows its global step should pass it: that keeps every worker in the same phase), or the
+environment's own episode count divided by ``total_episodes``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from toolgym.envs.protocol import CATEGORY_MODES
+
+
+@dataclass(frozen=True)
+class CategoryCurriculum:
+    """``constrained_mode`` for the first ``required_fraction`` of training, then ``after_mode``."""
+
+    total_episodes: int | None = None
+    required_fraction: float = 0.3
+    constrained_mode: str = "required"
+    after_mode: str = "off"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.required_fraction <= 1.0:
+            raise ValueError(f"required_fraction must be in [0, 1], got {self.required_fraction}")
+        if self.total_episodes is not None and self.total_episodes <= 0:
+            raise ValueError(f"total_episodes must be positive, got {self.total_episodes}")
+        for mode in (self.constrained_mode, self.after_mode):
+            if mode not in CATEGORY_MODES:
+                raise ValueError(f"unknown category mode {mode!r}; choose one of {CATEGORY_MODES}")
+
+    @classmethod
+    def from_config(cls, config: "CategoryCurriculum | dict[str, Any] | None") -> "CategoryCurriculum | None":
+        if config is None or isinstance(config, CategoryCurriculum):
+            return config
+        if isinstance(config, dict):
+            return cls(**config)
+        raise ValueError(f"curriculum must be a CategoryCurriculum or a dict of its fields, got {type(config).__name__}")
+
+    def progress(self, episode: int) -> float:
+        """Share of training done before episode ``episode`` (0-based), at most 1."""
+        if self.total_episodes is None:
+            raise ValueError(
+                "this curriculum has no total_episodes: pass options={'progress': p} to reset, or set total_episodes"
+            )
+        return min(episode / self.total_episodes, 1.0)
+
+    def mode_at(self, progress: float) -> str:
+        """The category mode for training progress ``progress`` in [0, 1]."""
+        if not 0.0 <= progress <= 1.0 + 1e-9:
+            raise ValueError(f"progress must be in [0, 1], got {progress}")
+        return self.constrained_mode if progress < self.required_fraction else self.after_mode

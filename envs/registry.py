@@ -1,0 +1,142 @@
+"""Gymnasium registration: ``toolgym/ToolSearch-v0``, ``toolgym/Decompose-v0`` and one id of
+each kind per bundled benchmark. Importing :mod:`toolgym.envs` registers them.
+
+The entry points take a dataset *name* (plus plain keyword options), never a corpus or index
+object: gymnasium deep-copies registered kwargs on every ``make``, and names keep that cheap
+and let every sub-env share the process-wide index (:mod:`toolgym.envs.resources`).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium
+
+from toolgym.data.records import Task
+from toolgym.envs.decomposition import DecompositionEnv
+from toolgym.envs.resources import register_dataset, shared_dataset
+from toolgym.envs.tool_search import ToolSearchEnv
+from toolgym.envs.vector import BatchedToolSearchVectorEnv
+from toolgym.retrieval.corpus import ToolCorpus
+
+NAMESPACE = "toolgym"
+
+# id suffix -> (dataset name, min gold tools for Decompose or None for no Decompose env)
+BENCHMARKS: dict[str, tuple[str, int | None]] = {
+    "StableToolBench": ("stabletoolbench", 2),
+    "SealTools": ("seal_tools", 2),
+    "MetaTool": ("metatool", None),  # single-tool queries: nothing to decompose
+    "MetaToolMulti": ("metatool_multi", 2),
+    "APIBank": ("api_bank", 1),  # multi-turn dialogues: the point is resolving the history
+    "UltraTool": ("ultratool", 2),
+}
+
+
+def _tasks(dataset: str, split: str | None, min_gold: int, max_tasks: int | None) -> tuple[ToolCorpus, list[Task]]:
+    corpus, tasks = shared_dataset(dataset, split)
+    if min_gold > 1:
+        tasks = [t for t in tasks if len(t.gold) >= min_gold]
+    if max_tasks is not None:
+        tasks = tasks[:max_tasks]
+    if not tasks:
+        raise ValueError(f"dataset {dataset!r} has no task with at least {min_gold} gold tools")
+    return corpus, tasks
+
+
+def make_tool_search_env(
+    dataset: str = "seal_tools",
+    split: str | None = None,
+    *,
+    min_gold: int = 1,
+    max_tasks: int | None = None,
+    **kwargs: Any,
+) -> ToolSearchEnv:
+    """A :class:`ToolSearchEnv` on a bundled or :func:`register_dataset`-ed dataset.
+
+    ``kwargs`` go to :class:`ToolSearchEnv` (``retriever``, ``category_mode``, ``protocol``...).
+    """
+    corpus, tasks = _tasks(dataset, split, min_gold, max_tasks)
+    return ToolSearchEnv(corpus, tasks, **kwargs)
+
+
+def make_decomposition_env(
+    dataset: str = "seal_tools",
+    split: str | None = None,
+    *,
+    min_gold: int = 2,
+    max_tasks: int | None = None,
+    **kwargs: Any,
+) -> DecompositionEnv:
+    """A :class:`DecompositionEnv` on the tasks of ``dataset`` with at least ``min_gold`` gold tools."""
+    corpus, tasks = _tasks(dataset, split, min_gold, max_tasks)
+    return DecompositionEnv(corpus, tasks, **kwargs)
+
+
+def make_tool_search_vector_env(num_envs: int = 1, **kwargs: Any) -> BatchedToolSearchVectorEnv:
+    """``num_envs`` tool-search envs (same arguments as :func:`make_tool_search_env`) with batched search."""
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    kwargs.pop("max_episode_steps", None)  # the env truncates itself after max_turns
+    return BatchedToolSearchVectorEnv([make_tool_search_env(**kwargs) for _ in range(num_envs)])
+
+
+def register_tool_search_env(
+    env_id: str,
+    corpus: ToolCorpus,
+    tasks: Sequence[Task],
+    *,
+    decompose_id: str | None = None,
+    **kwargs: Any,
+) -> None:
+    """Register ``env_id`` (and optionally a decomposition env ``decompose_id``) on your corpus.
+
+    The corpus and tasks are stored under the dataset name ``env_id``; ``kwargs`` become the
+    env's defaults (``retriever``, ``category_mode``, ``max_turns``...). ``gymnasium.make`` and
+    ``gymnasium.make_vec`` (batched search) both work on the new id.
+    """
+    register_dataset(env_id, corpus, tasks)
+    _register(env_id, "make_tool_search_env", {"dataset": env_id, **kwargs}, vector=True)
+    if decompose_id is not None:
+        _register(decompose_id, "make_decomposition_env", {"dataset": env_id, "min_gold": 1})
+
+
+def _register(env_id: str, factory: str, kwargs: dict[str, Any], vector: bool = False) -> None:
+    if env_id in gymnasium.registry:
+        del gymnasium.registry[env_id]  # re-registering (a reload, a notebook cell run twice)
+    gymnasium.register(
+        id=env_id,
+        entry_point=f"toolgym.envs.registry:{factory}",
+        vector_entry_point="toolgym.envs.registry:make_tool_search_vector_env" if vector else None,
+        kwargs=kwargs,
+        disable_env_checker=False,
+    )
+
+
+def register_all() -> list[str]:
+    """Register every built-in id; returns them."""
+    ids = []
+    _register(f"{NAMESPACE}/ToolSearch-v0", "make_tool_search_env", {"dataset": "seal_tools"}, vector=True)
+    _register(f"{NAMESPACE}/Decompose-v0", "make_decomposition_env", {"dataset": "seal_tools", "min_gold": 2})
+    ids += [f"{NAMESPACE}/ToolSearch-v0", f"{NAMESPACE}/Decompose-v0"]
+    for suffix, (dataset, min_gold) in BENCHMARKS.items():
+        env_id = f"{NAMESPACE}/ToolSearch-{suffix}-v0"
+        _register(env_id, "make_tool_search_env", {"dataset": dataset}, vector=True)
+        ids.append(env_id)
+        if min_gold is not None:
+            env_id = f"{NAMESPACE}/Decompose-{suffix}-v0"
+            _register(env_id, "make_decomposition_env", {"dataset": dataset, "min_gold": min_gold})
+            ids.append(env_id)
+    return ids
+
+
+def registered_ids() -> list[str]:
+    """Every registered toolgym id (built-in and yours), sorted."""
+    return sorted(i for i in gymnasium.registry if i.startswith(f"{NAMESPACE}/") or _is_ours(i))
+
+
+def _is_ours(env_id: str) -> bool:
+    entry = gymnasium.registry[env_id].entry_point
+    return isinstance(entry, str) and entry.startswith("toolgym.")
+
+
+BUILTIN_IDS = register_all()

@@ -1,0 +1,77 @@
+"""Process-wide caches: one index per (corpus, method, options), one dataset per (name, split).
+
+Every environment built through ``gymnasium.make`` / ``make_vec`` in a process shares these,
+so 64 sub-environments hold one BM25 matrix or one faiss index, not 64. Datasets registered
+with :func:`register_dataset` (a researcher's own corpus) are found here by name too.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+from toolgym.data.records import Task
+from toolgym.retrieval.corpus import ToolCorpus
+
+_LOCK = threading.RLock()
+_INDEXES: dict[tuple, Any] = {}
+_DATASETS: dict[tuple[str, str | None], tuple[ToolCorpus, list[Task]]] = {}
+_CUSTOM: dict[str, tuple[ToolCorpus, list[Task]]] = {}
+
+
+def _freeze(options: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in options.items()))
+
+
+def shared_index(corpus: ToolCorpus, method: str = "bm25", **options: Any) -> Any:
+    """The :class:`~toolgym.retrieval.index.ToolIndex` for ``corpus`` built with ``method`` and
+    ``options`` (``build_index`` keyword arguments), built on first use and then reused.
+
+    The key uses the corpus's content hash, so an equal corpus loaded twice shares one index.
+    """
+    from toolgym.retrieval.index import build_index
+
+    key = (corpus.name, corpus.content_hash, method, _freeze(options))
+    with _LOCK:
+        index = _INDEXES.get(key)
+        if index is None:
+            index = build_index(corpus, method, **options)
+            _INDEXES[key] = index
+        return index
+
+
+def register_dataset(name: str, corpus: ToolCorpus, tasks: Sequence[Task]) -> None:
+    """Make ``name`` resolve to this corpus and these tasks wherever a dataset name is accepted."""
+    if not tasks:
+        raise ValueError(f"dataset {name!r} has no tasks")
+    with _LOCK:
+        _CUSTOM[name] = (corpus, list(tasks))
+        for key in [k for k in _DATASETS if k[0] == name]:
+            del _DATASETS[key]
+
+
+def shared_dataset(name: str, split: str | None = None) -> tuple[ToolCorpus, list[Task]]:
+    """``(corpus, tasks)`` of a registered or bundled dataset, loaded once per process."""
+    with _LOCK:
+        hit = _DATASETS.get((name, split))
+        if hit is not None:
+            return hit
+        if name in _CUSTOM:
+            corpus, tasks = _CUSTOM[name]
+            if split is not None:
+                tasks = [t for t in tasks if t.split == split]
+                if not tasks:
+                    raise ValueError(f"dataset {name!r} has no tasks in split {split!r}")
+        else:
+            from toolgym.data import load_dataset
+
+            ds = load_dataset(name, split=split)
+            corpus, tasks = ds.corpus, list(ds.tasks)
+        _DATASETS[(name, split)] = (corpus, tasks)
+        return corpus, tasks
+
+
+def clear_caches() -> None:
+    """Drop every cached index and dataset (tests; after editing data on disk)."""
+    with _LOCK:
+        _INDEXES.clear()
+        _DATASETS.clear()

@@ -1,0 +1,117 @@
+"""A vector env that sends every search of one step to the retriever as one batch.
+
+``gymnasium.make_vec(id, num_envs)`` uses it (``vector_entry_point``); ``vectorization_mode=
+"sync"`` gives gymnasium's ``SyncVectorEnv`` instead, where each sub-env searches on its own.
+Per step: every sub-env parses and checks its action (:meth:`ToolSearchEnv.plan_step`), the
+searches are grouped by (index, top_k) and run with one ``search_batch`` call per group, then
+each sub-env applies its result (:meth:`ToolSearchEnv.finish_step`). A dense index embeds the
+whole batch in one encoder call, which is where the speed-up comes from.
+
+Autoreset follows gymnasium's default (``NEXT_STEP``): the step after a sub-env finishes resets
+it and ignores its action.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from toolgym.envs.protocol import Search
+from toolgym.envs.tool_search import ToolSearchEnv
+
+
+class BatchedToolSearchVectorEnv(VectorEnv):
+    """``num_envs`` :class:`ToolSearchEnv` copies stepped together with batched retrieval.
+
+    ``reset(options=...)`` passes the same options to every sub-env, except
+    ``options["tasks"]``: a sequence with one task (id, index or Task) per sub-env, so a GRPO
+    group can run one task G times. ``options["reset_mask"]`` resets only the marked sub-envs.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    def __init__(self, envs: Sequence[ToolSearchEnv]):
+        envs = list(envs)
+        if not envs:
+            raise ValueError("need at least one environment")
+        for env in envs:
+            if not isinstance(env, ToolSearchEnv):
+                raise ValueError(f"every sub-env must be a ToolSearchEnv, got {type(env).__name__}")
+        self.envs = envs
+        self.num_envs = len(envs)
+        self.single_observation_space = envs[0].observation_space
+        self.single_action_space = envs[0].action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.render_mode = None
+        self._autoreset = np.zeros(self.num_envs, dtype=bool)
+        self._obs: list[str] = [""] * self.num_envs
+        self.search_calls = 0  # batched retriever calls made (for benchmarks and tests)
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[tuple[str, ...], dict[str, Any]]:
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        mask = np.ones(self.num_envs, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+        tasks = options.pop("tasks", None)
+        if tasks is not None and len(tasks) != self.num_envs:
+            raise ValueError(f"options['tasks'] needs one task per sub-env ({self.num_envs}), got {len(tasks)}")
+        if seed is None or isinstance(seed, (int, np.integer)):
+            seeds = [None if seed is None else int(seed) + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != self.num_envs:
+                raise ValueError(f"need {self.num_envs} seeds, got {len(seeds)}")
+        infos: dict[str, Any] = {}
+        for i, env in enumerate(self.envs):
+            if not mask[i]:
+                continue
+            env_options = dict(options)
+            if tasks is not None:
+                env_options["task"] = tasks[i]
+            self._obs[i], info = env.reset(seed=seeds[i], options=env_options)
+            infos = self._add_info(infos, info, i)
+            self._autoreset[i] = False
+        return tuple(self._obs), infos
+
+    def step(self, actions: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        actions = list(actions)
+        if len(actions) != self.num_envs:
+            raise ValueError(f"need {self.num_envs} actions, got {len(actions)}")
+        rewards = np.zeros(self.num_envs, dtype=np.float64)
+        terminations = np.zeros(self.num_envs, dtype=bool)
+        truncations = np.zeros(self.num_envs, dtype=bool)
+        infos: dict[str, Any] = {}
+        plans: dict[int, Any] = {}
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, env in enumerate(self.envs):
+            if self._autoreset[i]:
+                continue
+            plans[i] = plan = env.plan_step(actions[i])
+            if isinstance(plan, Search):
+                groups.setdefault((id(env.index), env.top_k), []).append(i)
+        results: dict[int, Any] = {}
+        for (_, top_k), rows in groups.items():
+            index = self.envs[rows[0]].index
+            batch = index.search_batch([plans[i].query for i in rows], [plans[i].category for i in rows], top_k)
+            self.search_calls += 1
+            results.update(zip(rows, batch))
+        for i, env in enumerate(self.envs):
+            if self._autoreset[i]:
+                self._obs[i], info = env.reset()
+                self._autoreset[i] = False
+            else:
+                self._obs[i], rewards[i], terminations[i], truncations[i], info = env.finish_step(
+                    actions[i], plans[i], results.get(i)
+                )
+                self._autoreset[i] = terminations[i] or truncations[i]
+            infos = self._add_info(infos, info, i)
+        return tuple(self._obs), rewards, terminations, truncations, infos
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for env in self.envs:
+            env.close()
