@@ -15,8 +15,17 @@ import numpy as np
 from toolgym.data.records import Task, Trajectory
 
 GRPO_EPS = 1e-6
-# Spread below this counts as "all rewards equal": float noise must not become a ±1 advantage.
-ZERO_VARIANCE_TOL = 1e-12
+# Rewards whose range is below this (relative to their magnitude, at least 1) count as "all
+# equal": float noise such as 0.1 + 0.2 vs 0.3 must not become a ±1 advantage.
+ZERO_VARIANCE_RTOL = 1e-12
+
+
+def _spread_is_zero(r: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
+    """Per group (last axis): max − min ≤ 1e-12 · max(1, max |R|) over the members in ``where``."""
+    hi = np.max(r, axis=-1, keepdims=True, initial=-np.inf, where=True if where is None else where)
+    lo = np.min(r, axis=-1, keepdims=True, initial=np.inf, where=True if where is None else where)
+    scale = np.maximum(1.0, np.maximum(np.abs(hi), np.abs(lo)))
+    return ~((hi - lo) > ZERO_VARIANCE_RTOL * scale)
 
 
 @dataclass
@@ -56,7 +65,7 @@ def grpo_advantage(rewards: Iterable[float] | np.ndarray, eps: float = GRPO_EPS)
     mean = r.mean(axis=-1, keepdims=True)
     std = r.std(axis=-1, keepdims=True)
     adv = (r - mean) / (std + eps)
-    return np.where(std > ZERO_VARIANCE_TOL, adv, 0.0)
+    return np.where(_spread_is_zero(r), 0.0, adv)
 
 
 def grpo_advantage_masked(rewards: np.ndarray, mask: np.ndarray, eps: float = GRPO_EPS) -> np.ndarray:
@@ -73,14 +82,14 @@ def grpo_advantage_masked(rewards: np.ndarray, mask: np.ndarray, eps: float = GR
     var = np.where(m, (r - mean) ** 2, 0.0).sum(axis=-1, keepdims=True) / safe_n
     std = np.sqrt(var)
     adv = (r - mean) / (std + eps)
-    ok = m & (n > 1) & (std > ZERO_VARIANCE_TOL)
+    ok = m & (n > 1) & ~_spread_is_zero(r, m)
     return np.where(ok, adv, 0.0)
 
 
 def is_zero_variance(rewards: Iterable[float] | np.ndarray) -> bool:
     """True when GRPO normalisation of this group gives all zeros (equal rewards or G ≤ 1)."""
     r = np.asarray(rewards, dtype=np.float64)
-    return r.size <= 1 or float(r.std()) <= ZERO_VARIANCE_TOL
+    return r.size <= 1 or bool(_spread_is_zero(r.reshape(-1)).all())
 
 
 def check_group(trajectories: list[Trajectory], task: Task) -> None:
