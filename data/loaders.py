@@ -56,9 +56,10 @@ Loaded = tuple[ToolCorpus, list[Task]]
 # Shared readers: every error names the file and the line.
 # ---------------------------------------------------------------------------------------
 def _open_text(path: Path):
+    # utf-8-sig: a byte-order mark (common in CSVs saved by spreadsheets) must not rename a column.
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8", newline="")
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
 
 
 def _require(path: str | Path) -> Path:

@@ -31,6 +31,7 @@ from toolgym.data.records import Task
 from toolgym.retrieval.corpus import Tool, ToolCorpus
 
 SHARED = shared_data_dir()
+SEAL_HELDOUT_DIGEST = "76b304e92f4f"  # sha256 of the sorted held-out ids, first 12 hex
 
 
 def _need_shared() -> Path:
@@ -418,4 +419,11 @@ def test_bm25_on_the_corpus_text_matches_reference(bundled, name, n1, c10):
     assert got_n1 == pytest.approx(n1, abs=1.0) and got_c10 == pytest.approx(c10, abs=1.0)
 
 
-SEAL_HELDOUT_DIGEST = "76b304e92f4f"
+
+def test_csv_with_byte_order_mark_keeps_its_header(tmp_path):
+    root = _need_shared() / "metatool" / "dataset"
+    f = tmp_path / "queries.csv"
+    f.write_bytes("\ufeffQuery,Tool\nWhat is the weather?,WeatherTool\n".encode("utf-8"))
+    _, tasks, dropped = load_metatool(f, root / "plugin_des.json")
+    assert [(t.id, t.query, t.gold) for t in tasks] == [("metatool-2", "What is the weather?", frozenset({"WeatherTool"}))]
+    assert dropped == {"duplicate_rows": 0, "ambiguous_queries": 0}
