@@ -188,8 +188,6 @@ class RandomAgent:
 
 SCRIPTED_AGENTS = ("raw", "oracle", "random")
 
-make_agent = make_scripted_agent  # the name ``toolgym eval --agent`` imports
-
 
 def make_scripted_agent(
     name: str,
@@ -211,3 +209,6 @@ def make_scripted_agent(
     if name == "random":
         return RandomAgent(seed=seed, **kwargs)
     raise ValueError(f"unknown agent {name!r}; choose one of {SCRIPTED_AGENTS}")
+
+
+make_agent = make_scripted_agent  # the name ``toolgym eval --agent`` imports

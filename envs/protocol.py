@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import json
 import re
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, Union
 
 from toolgym.retrieval.corpus import Tool, ToolCorpus
@@ -56,9 +57,14 @@ class Search:
 
 @dataclass(frozen=True)
 class Submit:
-    """``submit(tools)``: the final selection, duplicates removed, order kept."""
+    """``submit(tools)``: the final selection, duplicates removed, order kept.
+
+    ``answer`` keeps the text of a Search-R1 ``<answer>``: ids may contain commas (a dozen
+    StableToolBench APIs do), so :func:`check_action` re-splits it against the corpus.
+    """
 
     tool_ids: tuple[str, ...]
+    answer: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -290,8 +296,9 @@ def _submit(tools: Sequence[Any]) -> Action:
     bad = [t for t in tools if not isinstance(t, str)]
     if bad:
         return Invalid(f"every submitted tool id must be a string, got {_describe(bad[0])}")
-    ids = tuple(dict.fromkeys(t.strip() for t in tools))
-    if "" in ids:
+    # Ids are kept verbatim (some corpora have ids with outer spaces); check_action resolves them.
+    ids = tuple(dict.fromkeys(tools))
+    if any(not t.strip() for t in ids):
         return Invalid("a submitted tool id is empty")
     if not ids:
         return Invalid("submit needs at least one tool id")
@@ -322,6 +329,8 @@ def _parse_search_r1(body: str) -> Action:
             return Invalid("the <answer> must list tool ids separated by commas")
     else:
         ids = [part for part in re.split(r"[,\n]", content) if part.strip()]
+        parsed = _submit(ids)
+        return Submit(parsed.tool_ids, answer=content) if isinstance(parsed, Submit) else parsed
     return _submit(ids)
 
 
@@ -356,13 +365,58 @@ def check_action(
             return Invalid("this episode requires a category: call search with both \"query\" and \"category\"")
         return action
     if isinstance(action, Submit):
-        unknown = [t for t in action.tool_ids if t not in corpus]
+        resolved, unknown = [], []
+        pieces = split_answer(corpus, action.answer) if action.answer is not None else action.tool_ids
+        for tool_id in pieces:
+            found = resolve_tool_id(corpus, tool_id)
+            (resolved if found is not None else unknown).append(found if found is not None else tool_id)
         if unknown:
-            shown = ", ".join(repr(t[:80]) for t in unknown[:5])
+            shown = ", ".join(repr(t.strip()[:80]) for t in unknown[:5])
             more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
             return Invalid(f"unknown tool id(s) {shown}{more}; submit ids exactly as shown in search results")
-        return action
+        resolved = list(dict.fromkeys(resolved))
+        return action if tuple(resolved) == action.tool_ids else Submit(tuple(resolved))
     return action
+
+
+def split_answer(corpus: ToolCorpus, answer: str) -> list[str]:
+    """Split a Search-R1 answer into ids: lines, then commas, greedily re-joining comma pieces
+    while the longest join is a corpus id (``"api::Trending (music, gaming)"`` stays whole)."""
+    out: list[str] = []
+    for line in answer.split("\n"):
+        pieces = line.split(",")
+        i = 0
+        while i < len(pieces):
+            for j in range(len(pieces), i, -1):
+                candidate = ",".join(pieces[i:j])
+                if j == i + 1 or resolve_tool_id(corpus, candidate) is not None:
+                    break
+            if candidate.strip():
+                out.append(candidate)
+            i = j
+    return out
+
+
+_STRIPPED_IDS: "weakref.WeakKeyDictionary[ToolCorpus, dict[str, str]]" = weakref.WeakKeyDictionary()
+
+
+def resolve_tool_id(corpus: ToolCorpus, tool_id: str) -> str | None:
+    """The corpus id ``tool_id`` names: itself if present, else the unique id equal to it up to
+    outer whitespace (tag formats lose it: ``<answer> a, b </answer>``); ``None`` if unknown."""
+    if tool_id in corpus:
+        return tool_id
+    table = _STRIPPED_IDS.get(corpus)
+    if table is None:
+        table, clashes = {}, set()
+        for known in corpus.ids:
+            key = known.strip()
+            if key in table:
+                clashes.add(key)
+            table[key] = known
+        for key in clashes:
+            del table[key]
+        _STRIPPED_IDS[corpus] = table
+    return table.get(tool_id.strip())
 
 
 # --------------------------------------------------------------------------------------

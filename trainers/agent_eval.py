@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+import toolgym.envs  # noqa: F401  (registers the toolgym/ ids)
 from toolgym.data.records import Task, Trajectory, write_rollouts
 from toolgym.retrieval.metrics import search_recall, selection_match, selection_prf
 
