@@ -1,0 +1,265 @@
+"""``toolgym replay``: re-score saved rollouts under several reward schemes, without re-rolling.
+
+    toolgym replay ROLLOUTS.jsonl --scheme toolsearcher --scheme grpo_f1 [--out DIR]
+    toolgym replay DECOMP.jsonl --scheme magicselector --dataset seal_tools   # schemes that retrieve
+
+``--scheme`` takes a registered scheme name or a YAML reward config (``{modules: ...}`` or
+``{scheme: ..., options}``). Writes ``replay.json``, ``replay.md`` and ``replay.png`` under
+``--out``: per-component means per scheme (a ``zero_var`` mean is the share of zero-variance
+groups), and for every pair of schemes the per-turn advantage sign agreement and Spearman rank
+correlation over the (rollout, turn) cells both scored.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from toolgym.data.records import Task, Trajectory, read_rollouts
+from toolgym.rewards import SCHEMES_NEEDING_RETRIEVAL, GroupCredit, aggregate_components, build_reward, get_scheme, scheme_names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("rollouts", help="rollouts JSONL written by toolgym.data.records.write_rollouts")
+    parser.add_argument("--scheme", action="append", required=True, metavar="NAME|CONFIG.yaml",
+                        help=f"reward scheme to score with (repeatable): one of {scheme_names()} or a YAML reward config")
+    parser.add_argument("--out", default="replay_report", help="folder for replay.json / replay.md / replay.png")
+    parser.add_argument("--dataset", default=None, help="dataset whose tool corpus schemes that retrieve search (e.g. magicselector)")
+    parser.add_argument("--corpus", default=None, help="a tool corpus JSONL instead of --dataset")
+    parser.add_argument("--retriever", default="bm25", choices=("bm25", "dense", "hybrid"), help="retriever for those schemes")
+
+
+@dataclass
+class SchemeScores:
+    """One scheme's credit on every group it could score (skipped groups keep their reason)."""
+
+    name: str
+    credits: dict[int, GroupCredit] = field(default_factory=dict)
+    skipped: dict[int, str] = field(default_factory=dict)
+
+
+def make_retrieve(dataset: str | None, corpus_path: str | None, method: str) -> Callable[[list[str], int], list[list[tuple[str, float]]]] | None:
+    """``retrieve(queries, k)`` over a dataset's (or a JSONL file's) corpus, or None if neither given."""
+    if dataset is None and corpus_path is None:
+        return None
+    from toolgym.retrieval.index import build_index
+
+    if corpus_path is not None:
+        from toolgym.retrieval.corpus import ToolCorpus
+
+        corpus = ToolCorpus.load_jsonl(corpus_path)
+    else:
+        from toolgym.data.loaders import load_dataset
+
+        corpus = load_dataset(dataset).corpus
+    index = build_index(corpus, method)
+
+    def retrieve(queries: list[str], k: int) -> list[list[tuple[str, float]]]:
+        return [list(zip(r.ids, r.scores)) for r in index.search_batch(queries, k=k)]
+
+    return retrieve
+
+
+def build_scheme(spec: str, retrieve: Callable | None) -> tuple[str, Any]:
+    """(label, reward) for a scheme name or a YAML config path."""
+    if spec.endswith((".yaml", ".yml")):
+        from omegaconf import OmegaConf
+
+        path = Path(spec)
+        if not path.exists():
+            raise FileNotFoundError(f"reward config {spec} not found")
+        cfg = OmegaConf.load(path)
+        cfg = cfg.get("reward", cfg)
+        needs = "counterfactual" in json.dumps(OmegaConf.to_container(cfg)) or cfg.get("scheme") in SCHEMES_NEEDING_RETRIEVAL
+        if needs and retrieve is None:
+            raise ValueError(f"{spec} retrieves tools: give --dataset NAME or --corpus PATH")
+        return path.stem, build_reward(cfg, retrieve=retrieve)
+    if spec in SCHEMES_NEEDING_RETRIEVAL and retrieve is None:
+        raise ValueError(f"scheme {spec!r} retrieves tools: give --dataset NAME or --corpus PATH")
+    return spec, get_scheme(spec, **({"retrieve": retrieve} if spec in SCHEMES_NEEDING_RETRIEVAL else {}))
+
+
+def score_all(name: str, reward: Any, groups: list[tuple[Task, list[Trajectory]]]) -> SchemeScores:
+    out = SchemeScores(name)
+    try:
+        from tqdm import tqdm
+
+        it = tqdm(list(enumerate(groups)), desc=f"replay {name}", leave=False, disable=len(groups) < 200)
+    except ImportError:  # pragma: no cover
+        it = enumerate(groups)
+    for gi, (task, trajs) in it:
+        try:
+            out.credits[gi] = reward.score_group(trajs, task)
+        except ValueError as exc:  # e.g. no reference decomposition for R_pref: skip, say why
+            out.skipped[gi] = str(exc)
+    return out
+
+
+def turn_matrix(credit: GroupCredit, trajs: list[Trajectory]) -> list[np.ndarray]:
+    """Per rollout the advantage of each turn (outcome advantage broadcast when no turn credit)."""
+    if credit.turn_advantages is not None:
+        return [np.asarray(a, dtype=np.float64) for a in credit.turn_advantages]
+    return [np.full(max(t.num_turns, 1), credit.advantages[i]) for i, t in enumerate(trajs)]
+
+
+def compare(a: SchemeScores, b: SchemeScores, groups: list[tuple[Task, list[Trajectory]]]) -> dict[str, Any]:
+    """Sign agreement and Spearman ρ of per-turn advantages over the cells both schemes scored."""
+    from scipy.stats import spearmanr
+
+    xa, xb = [], []
+    for gi in sorted(a.credits.keys() & b.credits.keys()):
+        trajs = groups[gi][1]
+        for ta, tb in zip(turn_matrix(a.credits[gi], trajs), turn_matrix(b.credits[gi], trajs)):
+            n = min(len(ta), len(tb))
+            xa.extend(ta[:n])
+            xb.extend(tb[:n])
+    x, y = np.asarray(xa), np.asarray(xb)
+    result: dict[str, Any] = {"schemes": [a.name, b.name], "cells": int(x.size)}
+    if x.size == 0:
+        return {**result, "sign_agreement": None, "sign_agreement_nonzero": None, "spearman": None}
+    sa, sb = np.sign(x), np.sign(y)
+    either = (sa != 0) | (sb != 0)
+    rho = float(spearmanr(x, y).statistic) if x.size > 1 and np.ptp(x) > 0 and np.ptp(y) > 0 else math.nan
+    return {
+        **result,
+        "sign_agreement": float(np.mean(sa == sb)),
+        "sign_agreement_nonzero": float(np.mean(sa[either] == sb[either])) if either.any() else None,
+        "spearman": None if math.isnan(rho) else rho,
+    }
+
+
+def summarise(scores: SchemeScores, groups: list[tuple[Task, list[Trajectory]]]) -> dict[str, Any]:
+    credits = list(scores.credits.values())
+    rewards = np.concatenate([c.rewards for c in credits]) if credits else np.zeros(0)
+    cells = [a for gi, c in scores.credits.items() for a in turn_matrix(c, groups[gi][1])]
+    flat = np.concatenate(cells) if cells else np.zeros(0)
+    components = aggregate_components(credits)
+    return {
+        "groups_scored": len(credits),
+        "groups_skipped": len(scores.skipped),
+        "skip_reasons": sorted(set(scores.skipped.values()))[:5],
+        "reward_mean": float(rewards.mean()) if rewards.size else None,
+        "turn_credit_nonzero_share": float(np.mean(flat != 0)) if flat.size else None,
+        "zero_variance_share": {k[: -len("/zero_var")]: v for k, v in components.items() if k.endswith("/zero_var")},
+        "components": components,
+    }
+
+
+def markdown_report(path: str, report: dict[str, Any]) -> str:
+    lines = [f"# Replay of `{path}`", "", f"{report['groups']} groups, {report['rollouts']} rollouts.", ""]
+    for name, s in report["schemes"].items():
+        lines += [f"## {name}", "", f"scored {s['groups_scored']} groups, skipped {s['groups_skipped']}"
+                  + (f" ({'; '.join(s['skip_reasons'])})" if s["skip_reasons"] else ""), "",
+                  "| component | mean over groups |", "|---|---|"]
+        lines += [f"| {k} | {v:.4g} |" for k, v in s["components"].items()]
+        lines.append("")
+    if report["comparisons"]:
+        lines += ["## Per-turn advantages, scheme against scheme", "",
+                  "| schemes | cells | sign agreement | sign agreement (either non-zero) | Spearman ρ |", "|---|---|---|---|---|"]
+        for c in report["comparisons"]:
+            fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+            lines.append(f"| {' vs '.join(c['schemes'])} | {c['cells']} | {fmt(c['sign_agreement'])} | "
+                         f"{fmt(c['sign_agreement_nonzero'])} | {fmt(c['spearman'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_report(out: Path, report: dict[str, Any], scored: list[SchemeScores], groups: list) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax = axes[0]
+    labels = sorted({k for s in report["schemes"].values() for k in s["zero_variance_share"]})
+    width = 0.8 / max(len(report["schemes"]), 1)
+    for j, (name, s) in enumerate(report["schemes"].items()):
+        ax.bar(np.arange(len(labels)) + j * width, [s["zero_variance_share"].get(k, np.nan) for k in labels], width, label=name)
+    ax.set_xticks(np.arange(len(labels)) + width * (len(report["schemes"]) - 1) / 2)
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("share of zero-variance groups")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    if len(scored) >= 2:
+        a, b = scored[0], scored[1]
+        xs, ys = [], []
+        for gi in sorted(a.credits.keys() & b.credits.keys()):
+            for ta, tb in zip(turn_matrix(a.credits[gi], groups[gi][1]), turn_matrix(b.credits[gi], groups[gi][1])):
+                n = min(len(ta), len(tb))
+                xs.extend(ta[:n])
+                ys.extend(tb[:n])
+        ax.scatter(xs, ys, s=8, alpha=0.5)
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.axvline(0, color="grey", lw=0.5)
+        ax.set_xlabel(f"{a.name} per-turn advantage")
+        ax.set_ylabel(f"{b.name} per-turn advantage")
+        ax.set_title("per-turn credit, first two schemes")
+    else:
+        ax.axis("off")
+    fig.tight_layout()
+    path = out / "replay.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def print_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="toolgym replay")
+    names = list(report["schemes"])
+    table.add_column("component")
+    for n in names:
+        table.add_column(n, justify="right")
+    keys = sorted({k for s in report["schemes"].values() for k in s["components"]})
+    for k in keys:
+        table.add_row(k, *[(f"{report['schemes'][n]['components'][k]:.4g}" if k in report["schemes"][n]["components"] else "")
+                           for n in names])
+    console = Console()
+    console.print(table)
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    for c in report["comparisons"]:
+        console.print(f"{' vs '.join(c['schemes'])}: per-turn sign agreement {fmt(c['sign_agreement'])}, "
+                      f"Spearman ρ {fmt(c['spearman'])} over {c['cells']} (rollout, turn) cells")
+
+
+def replay(path: str, schemes: list[str], out: str | Path, retrieve: Callable | None = None) -> dict[str, Any]:
+    """Score ``path`` under ``schemes``; write the report files under ``out``; return the report."""
+    groups = read_rollouts(path)
+    if not groups:
+        raise ValueError(f"{path} holds no rollout groups")
+    built = [build_scheme(s, retrieve) for s in schemes]
+    labels = [label for label, _ in built]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"the same scheme is named twice: {labels}")
+    scored = [score_all(label, reward, groups) for label, reward in built]
+    report = {
+        "rollouts_file": str(path),
+        "groups": len(groups),
+        "rollouts": sum(len(t) for _, t in groups),
+        "schemes": {s.name: summarise(s, groups) for s in scored},
+        "comparisons": [compare(a, b, groups) for a, b in combinations(scored, 2)],
+    }
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "replay.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "replay.md").write_text(markdown_report(str(path), report))
+    report["png"] = str(plot_report(out, report, scored, groups))
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    retrieve = make_retrieve(args.dataset, args.corpus, args.retriever)
+    report = replay(args.rollouts, args.scheme, args.out, retrieve)
+    print_table(report)
+    print(f"wrote {args.out}/replay.json, replay.md, replay.png")
+    # A scheme that could score none of the groups is a failed comparison.
+    return 1 if any(s["groups_scored"] == 0 for s in report["schemes"].values()) else 0
