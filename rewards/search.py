@@ -153,8 +153,9 @@ class ESM:
         gold = task.gold
         turn_adv = esm_turn_advantages(trajectories, gold)
         tools, z = esm_tool_advantages(trajectories, gold)
-        recall = np.array([search_recall(t.seen, gold) for t in trajectories])
-        found_any = np.array([[tool in t.seen for t in trajectories] for tool in tools], dtype=bool).reshape(len(tools), -1)
+        seen = [t.seen for t in trajectories]
+        recall = np.array([search_recall(s, gold) for s in seen])
+        found_any = np.array([[tool in s for s in seen] for tool in tools], dtype=bool).reshape(len(tools), -1)
         n_tools = max(len(tools), 1)
         credited = [sum(1 for _, f in first_discoveries(t, gold) if f) for t in trajectories]
         zero_var = bool(np.all(z == 0.0))
