@@ -126,10 +126,11 @@ def _module_entries(modules: Any) -> Iterable[tuple[str, dict[str, Any]]]:
         raise ValueError("'modules' must be a mapping {key: {weight, options...}} or a list of entries")
 
 
-def build_reward(config: Mapping[str, Any] | Any, **runtime: Any) -> CompositeReward:
+def build_reward(config: Mapping[str, Any] | Any, **runtime: Any) -> RewardModule:
     """Build a composite from a config (omegaconf or plain dict).
 
-    Either ``{"scheme": "toolsearcher", ...scheme options}`` or
+    Either ``{"name": module or scheme, "options": {...}}`` (the trainer's form),
+    ``{"scheme": "toolsearcher", ...scheme options}`` or
     ``{"modules": {key: {"module": registry name (default: key), "weight": w (default 1), ...options}}}``.
     ``runtime`` carries objects a config cannot (``retrieve``, ``embed``, ``judge``); each module
     gets those its constructor accepts.
@@ -138,6 +139,11 @@ def build_reward(config: Mapping[str, Any] | Any, **runtime: Any) -> CompositeRe
     if not isinstance(config, Mapping):
         raise ValueError(f"a reward config must be a mapping, got {type(config).__name__}")
     config = dict(config)
+    if "name" in config and "modules" not in config:  # the trainer's form: {name, options}
+        unknown = config.keys() - {"name", "options"}
+        if unknown:
+            raise ValueError(f"reward config {{name, options}} has unknown keys {sorted(unknown)}")
+        return get_reward(str(config["name"]), **dict(config.get("options") or {}), **runtime)
     if "scheme" in config:
         scheme = config.pop("scheme")
         if "modules" in config:

@@ -260,3 +260,23 @@ def test_aggregate_components_gives_zero_variance_share(csv_task, csv_group):
     agg = aggregate_components(credits)
     assert agg["selection_match/zero_var"] == 0.5
     assert agg["outcome/zero_var"] == 0.5
+
+
+def test_every_shipped_reward_config_builds_and_scores(csv_task, csv_group):
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    configs = sorted((Path(__file__).resolve().parent.parent / "configs" / "rewards").glob("*.yaml"))
+    assert len(configs) >= 5
+    decomposition = Task(id="csv2json", query=csv_task.query, gold=csv_task.gold, subtasks=("parse csv", "encode json"))
+    for path in configs:
+        cfg = OmegaConf.load(path)["reward"]
+        reward = build_reward(cfg, retrieve=lambda qs, k: [[PARSER, ENCODER][:k] for _ in qs],
+                              embed=lambda texts: np.ones((len(texts), 3)))
+        task = decomposition if "magicselector" in path.name else csv_task
+        group = [Trajectory("csv2json", subtasks=["parse csv"], num_turns=1)] * 2 if task is decomposition else csv_group
+        credit = reward.score_group(group, task)
+        assert np.all(np.isfinite(credit.advantages)), path.name
+    trainer_form = build_reward({"name": "toolsearcher", "options": {"gate": "answered"}})
+    assert trainer_form.score_group(csv_group, csv_task).turn_advantages[2][3] < 0

@@ -76,7 +76,8 @@ def build_scheme(spec: str, retrieve: Callable | None) -> tuple[str, Any]:
             raise FileNotFoundError(f"reward config {spec} not found")
         cfg = OmegaConf.load(path)
         cfg = cfg.get("reward", cfg)
-        needs = "counterfactual" in json.dumps(OmegaConf.to_container(cfg)) or cfg.get("scheme") in SCHEMES_NEEDING_RETRIEVAL
+        plain = OmegaConf.to_container(cfg, resolve=True)
+        needs = "counterfactual" in json.dumps(plain) or any(plain.get(k) in SCHEMES_NEEDING_RETRIEVAL for k in ("scheme", "name"))
         if needs and retrieve is None:
             raise ValueError(f"{spec} retrieves tools: give --dataset NAME or --corpus PATH")
         return path.stem, build_reward(cfg, retrieve=retrieve)
