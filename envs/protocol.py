@@ -328,7 +328,7 @@ def _parse_search_r1(body: str) -> Action:
         if not isinstance(ids, list):
             return Invalid("the <answer> must list tool ids separated by commas")
     else:
-        ids = [part for part in re.split(r"[,\n]", content) if part.strip()]
+        ids = [part.strip() for part in re.split(r"[,\n]", content) if part.strip()]
         parsed = _submit(ids)
         return Submit(parsed.tool_ids, answer=content) if isinstance(parsed, Submit) else parsed
     return _submit(ids)
