@@ -41,6 +41,7 @@ from toolgym.rewards.preference import (
     ReferenceAgreementScorer,
     joint_decomposition_reward,
     preference_reward,
+    reference_agreement_score,
     soft_subtask_f1,
 )
 from toolgym.rewards.decomposition import Counterfactual, Preference, make_scorer
@@ -65,6 +66,6 @@ __all__ = [
     "first_discoveries", "tca_gate", "tca_selection_advantages", "HackingMonitors", "duplicate_subtask_rate",
     "repeated_search_rate", "invalid_action_rate", "PREFERENCE_CRITERIA", "PreferenceScorer",
     "ReferenceAgreementScorer", "HFRewardModelScorer", "LLMJudgeScorer", "preference_reward",
-    "joint_decomposition_reward", "soft_subtask_f1", "Counterfactual", "Preference", "make_scorer",
+    "joint_decomposition_reward", "reference_agreement_score", "soft_subtask_f1", "Counterfactual", "Preference", "make_scorer",
     "SearchBatch", "encode_search_groups", "esm_tca_batch",
 ]

@@ -84,6 +84,20 @@ def soft_subtask_f1(sim: np.ndarray) -> float:
     return 2 * p * r / (p + r) if p + r > 0 else 0.0
 
 
+def reference_agreement_score(
+    f1_soft: float,
+    dup: float,
+    empty: float,
+    pron: float,
+    scale: float = 4.0,
+    dup_weight: float = 1.0,
+    empty_weight: float = 1.0,
+    pronoun_weight: float = 0.5,
+) -> float:
+    """s(x, y) = scale · [F1_soft(y', y*) − w_dup · dup(y) − w_empty · empty(y) − w_pron · pron(y)]."""
+    return scale * (f1_soft - dup_weight * dup - empty_weight * empty - pronoun_weight * pron)
+
+
 class ReferenceAgreementScorer:
     """A light reference-based scorer (CPU, one small embedding model).
 
@@ -125,18 +139,20 @@ class ReferenceAgreementScorer:
         vectors = unit_rows(self.embed(texts)) if texts else np.zeros((0, 1))
         row = {t: j for j, t in enumerate(texts)}
         ref = vectors[[row[s] for s in reference]]
+        weights = dict(scale=self.scale, dup_weight=self.dup_weight, empty_weight=self.empty_weight,
+                       pronoun_weight=self.pronoun_weight)
         out = np.zeros(len(decompositions))
         for i, (raw, y) in enumerate(zip(decompositions, kept)):
             if not y:
-                out[i] = self.scale * (0.0 - self.empty_weight * 1.0)
+                out[i] = reference_agreement_score(0.0, 0.0, 1.0, 0.0, **weights)
                 continue
             cand = vectors[[row[s] for s in y]]
-            f1 = soft_subtask_f1(cand @ ref.T)
-            out[i] = self.scale * (
-                f1
-                - self.dup_weight * self.duplicate_share(y, cand)
-                - self.empty_weight * (len(raw) - len(y)) / len(raw)
-                - self.pronoun_weight * leftover_pronoun_share(y)
+            out[i] = reference_agreement_score(
+                soft_subtask_f1(cand @ ref.T),
+                self.duplicate_share(y, cand),
+                (len(raw) - len(y)) / len(raw),
+                leftover_pronoun_share(y),
+                **weights,
             )
         return out
 
