@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,6 @@ from toolgym.data.records import Task
 from toolgym.retrieval.corpus import ToolCorpus
 from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k, recall_at_k, selection_prf
 
-CANDIDATES = 50  # depth retrieved before reranking / dynamic cut
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ret.add_argument("--decompose", default="none", choices=["none", "clauses"],
                      help="retrieve per clause of the request and fuse the lists (round robin)")
     ret.add_argument("--topk", default="10", help="final list size: an integer or 'dynamic' (Algorithm 2)")
+    ret.add_argument("--candidates", type=int, default=20,
+                     help="list depth that --rerank reorders and --topk dynamic cuts (the paper's avg K is 8-12)")
     ret.add_argument("--k", default="1,3,5,10", help="comma-separated cutoffs for N@k, R@k, C@k")
     ep = parser.add_argument_group("agent / policy mode")
     ep.add_argument("--env", help="environment id, e.g. toolgym/ToolSearch-StableToolBench-v0")
@@ -128,6 +130,7 @@ def evaluate_retrieval(
     topk: str = "10",
     decompose: str = "none",
     reranker: Any = None,
+    candidates: int = 20,
 ) -> dict[str, Any]:
     """Metrics in % (N@k, R@k, C@k; K, P@K, R@K, C@K, F1@K of the final cut) overall and per group."""
     from toolgym.retrieval.topk import dual_boundary_dynamic_top_k
@@ -140,7 +143,9 @@ def evaluate_retrieval(
             raise ValueError(f"--topk must be an integer or 'dynamic', got {topk!r}") from None
         if fixed_k <= 0:
             raise ValueError("--topk must be positive")
-    depth = max(max(ks), CANDIDATES if (dynamic or reranker is not None) else 0, 0 if dynamic else fixed_k)
+    if candidates <= 0:
+        raise ValueError("--candidates must be positive")
+    depth = max(max(ks), candidates if (dynamic or reranker is not None) else 0, 0 if dynamic else fixed_k)
     rankings, scores = rank_tasks(index, tasks, depth, decompose, reranker)
     embeddings = index.tool_embeddings() if dynamic else None
     corpus = index.corpus
@@ -153,12 +158,15 @@ def evaluate_retrieval(
             row[f"R@{k}"] = recall_at_k(ranking, task.gold, k)
             row[f"C@{k}"] = completeness_at_k(ranking, task.gold, k)
         if dynamic:
-            cand = ranking[:CANDIDATES]
+            # Algorithm 2 reads score gaps, so it cuts a score-ordered list; for one retrieval
+            # list that is the ranking itself, for fused clause lists each tool's best score.
+            order = sorted(range(min(len(ranking), candidates)), key=lambda i: -score[i])
+            cand = [ranking[i] for i in order]
             emb = embeddings[[corpus.index_of(t) for t in cand]] if cand else np.zeros((0, 1))
-            cut = dual_boundary_dynamic_top_k(np.asarray(score[: len(cand)], dtype=float), emb) if cand else 0
+            cut = dual_boundary_dynamic_top_k(np.asarray([score[i] for i in order], dtype=float), emb) if cand else 0
+            final = cand[:cut]
         else:
-            cut = fixed_k
-        final = ranking[:cut]
+            final = ranking[:fixed_k]
         p, r, f1 = selection_prf(final, task.gold)
         row.update({"K": float(len(final)), "P@K": p, "R@K": r, "F1@K": f1,
                     "C@K": completeness_at_k(final, task.gold, max(len(final), 1))})
@@ -196,7 +204,8 @@ def print_table(title: str, result: dict[str, Any], keys: Sequence[str]) -> None
     for group, metrics in result.get("groups", {}).items():
         table.add_row(group, *cells(metrics))
     table.add_row("all", *cells(result), style="bold")
-    Console().print(table)
+    # Off a terminal rich assumes 80 columns and would elide the numbers.
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -212,7 +221,8 @@ def run(args: argparse.Namespace) -> int:
         from toolgym.retrieval.rerank import CrossEncoderReranker
 
         reranker = CrossEncoderReranker(None if args.rerank == "minilm" else args.rerank)
-    result = evaluate_retrieval(index, tasks, ks, topk=args.topk, decompose=args.decompose, reranker=reranker)
+    result = evaluate_retrieval(index, tasks, ks, topk=args.topk, decompose=args.decompose, reranker=reranker,
+                                candidates=args.candidates)
     result["config"] = {"dataset": name, "retriever": args.retriever, "rerank": args.rerank,
                         "decompose": args.decompose, "topk": args.topk, "k": ks}
     keys = [f"{m}@{k}" for m in ("N", "R", "C") for k in ks] + ["K", "C@K"]

@@ -1,0 +1,53 @@
+"""`toolgym eval` retriever mode: JSON keys, agreement with a direct computation, bad input."""
+import json
+
+import pytest
+
+from toolgym.data import load_dataset, save_corpus_and_tasks
+from toolgym.retrieval import build_index
+from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
+from toolgym.trainers.cli import main
+
+
+@pytest.fixture(scope="module")
+def stb():
+    return load_dataset("stabletoolbench")
+
+
+def test_eval_json_agrees_with_direct_computation(tmp_path, stb, capsys):
+    out = tmp_path / "m.json"
+    assert main(["eval", "--dataset", "stabletoolbench", "--limit", "120", "--k", "1,10", "--json", str(out)]) == 0
+    metrics = json.loads(out.read_text())
+    tasks = stb.tasks[:120]
+    index = build_index(stb.corpus, "bm25")
+    ranked = [index.search(t.query, k=10).ids for t in tasks]
+    n1 = 100 * sum(ndcg_at_k(r, t.gold, 1) for r, t in zip(ranked, tasks)) / len(tasks)
+    c10 = 100 * sum(completeness_at_k(r, t.gold, 10) for r, t in zip(ranked, tasks)) / len(tasks)
+    assert metrics["N@1"] == pytest.approx(n1)
+    assert metrics["C@10"] == pytest.approx(c10)
+    assert metrics["n"] == 120 and set(metrics["groups"]) == {"G1_instruction"}
+    assert "G1_instruction" in capsys.readouterr().out
+
+
+def test_eval_from_paths_and_dynamic_topk(tmp_path, stb):
+    corpus_path, tasks_path = tmp_path / "corpus.jsonl", tmp_path / "tasks.jsonl"
+    save_corpus_and_tasks(stb.corpus, stb.tasks[:40], corpus_path, tasks_path)
+    out = tmp_path / "m.json"
+    assert main(["eval", "--tasks", str(tasks_path), "--corpus", str(corpus_path), "--topk", "dynamic",
+                 "--decompose", "clauses", "--json", str(out)]) == 0
+    metrics = json.loads(out.read_text())
+    assert 1 <= metrics["K"] <= 20 and 0 <= metrics["C@K"] <= 100
+    assert metrics["config"]["decompose"] == "clauses"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["eval", "--dataset", "nope"], "unknown dataset"),
+    (["eval"], "--dataset"),
+    (["eval", "--dataset", "seal_tools", "--k", "0"], "positive"),
+    (["eval", "--dataset", "seal_tools", "--topk", "lots"], "--topk"),
+    (["eval", "--agent", "raw"], "--env"),
+])
+def test_eval_bad_input_is_one_clear_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message.lower() in err.lower() and "Traceback" not in err
