@@ -6,6 +6,7 @@ Scripted baselines are exported here; the model-backed policies (``toolgym.agent
 from toolgym.agents.scripted import (
     SCRIPTED_AGENTS,
     Agent,
+    ClauseSplitAgent,
     OracleAgent,
     RandomAgent,
     RawQueryAgent,
@@ -17,6 +18,7 @@ from toolgym.agents.scripted import (
 
 __all__ = [
     "Agent",
+    "ClauseSplitAgent",
     "OracleAgent",
     "RandomAgent",
     "RawQueryAgent",

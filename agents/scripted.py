@@ -9,6 +9,7 @@ with text in the environment's protocol (``info["protocol"]``). The baselines:
   is given explicitly, never from the observation: an upper bound on what the retriever allows.
 - :class:`RandomAgent`: seeded random searches (words of the request), submissions (ids seen so
   far) and, sometimes, malformed text; a floor, and a fuzzer for the environments.
+- :class:`ClauseSplitAgent`: for the decomposition envs, the request split into clauses.
 """
 from __future__ import annotations
 
@@ -186,7 +187,23 @@ class RandomAgent:
         return str(self.GARBAGE[int(self.rng.integers(len(self.GARBAGE)))])
 
 
-SCRIPTED_AGENTS = ("raw", "oracle", "random")
+class ClauseSplitAgent:
+    """For the decomposition envs: the request cut into clauses by the rule-based splitter
+    (:func:`toolgym.retrieval.decompose.split_into_clauses`), one subtask per line. The
+    no-model baseline a learned decomposer has to beat."""
+
+    name = "clauses"
+
+    def reset(self, obs: str, info: dict[str, Any]) -> None:
+        self.query = str(info["query"])
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        from toolgym.retrieval.decompose import split_into_clauses
+
+        return "\n".join(split_into_clauses(self.query))
+
+
+SCRIPTED_AGENTS = ("raw", "oracle", "random", "clauses")
 
 
 def make_scripted_agent(
@@ -197,7 +214,7 @@ def make_scripted_agent(
     seed: int = 0,
     **kwargs: Any,
 ) -> Agent:
-    """``raw``, ``oracle`` or ``random`` by name.
+    """``raw``, ``oracle``, ``random`` (tool search) or ``clauses`` (decomposition) by name.
 
     The oracle reads gold from ``tasks`` (with ``corpus``), or from the env ``evaluate_agent``
     binds it to when they are not given.
@@ -208,6 +225,8 @@ def make_scripted_agent(
         return OracleAgent(corpus, tasks)
     if name == "random":
         return RandomAgent(seed=seed, **kwargs)
+    if name == "clauses":
+        return ClauseSplitAgent()
     raise ValueError(f"unknown agent {name!r}; choose one of {SCRIPTED_AGENTS}")
 
 

@@ -264,10 +264,16 @@ def _search_from_args(args: dict[str, Any]) -> Action:
     return _search(query, category)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _search(query: str, category: str | None) -> Action:
     query = " ".join(query.split())
     if not query:
         return Invalid("the search query is empty")
+    if _SURROGATE.search(query) or (category and _SURROGATE.search(category)):
+        # A JSON escape such as "\ud800" decodes to half a character; it cannot be shown or encoded.
+        return Invalid("the search contains an invalid Unicode escape (a lone surrogate)")
     category = category.strip() if category else None
     return Search(query, category or None)
 

@@ -134,3 +134,18 @@ def test_eval_cli_runs_an_agent(tmp_path, capsys):
     metrics = json.loads(out.read_text())
     assert metrics["n"] == 5 and 0.0 <= metrics["F1"] <= 100.0
     assert main(["envs"]) == 0 and "toolgym/Decompose-v0" in capsys.readouterr().out
+
+
+def test_clause_agent_on_the_decomposition_env():
+    from toolgym.agents import ClauseSplitAgent
+
+    env = gymnasium.make("toolgym/Decompose-v0", max_tasks=20)
+    agent = ClauseSplitAgent()
+    obs, info = env.reset(options={"task": 0})
+    agent.reset(obs, info)
+    action = agent.act(obs, info)
+    assert len(action.splitlines()) >= 2
+    _, _, _, _, info = env.step(action)
+    assert info["subtasks"] == action.splitlines()
+    result = evaluate_agent(env, make_agent("clauses"), progress=False)
+    assert result["n"] == 20 and result["turns"] == 1.0 and result["invalid"] == 0.0

@@ -80,6 +80,8 @@ MALFORMED = [
     (H, "optional", search(query=" ".join(["word"] * 300)), "too long"),
     (H, "optional", search(query="x" * 5000), "too long"),
     (H, "optional", search(query="x", category="Gamma"), "unknown category"),
+    (H, "optional", '<tool_call>{"name": "search", "arguments": {"query": "rain \\ud800"}}</tool_call>', "lone surrogate"),
+    (R1, "optional", "<search>rain \ud800</search>", "lone surrogate"),
     (H, "optional", search(query="x", category=7), "category\" must be a string"),
     (H, "off", search(query="x", category="Alpha"), "category filtering is off"),
     (H, "required", search(query="x"), "requires a category"),
