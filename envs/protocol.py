@@ -126,12 +126,37 @@ class TokenizerCounter:
         return text if len(ids) <= n else self.tokenizer.decode(ids[:n]).rstrip()
 
 
+class RustTokenizerCounter:
+    """Counts and cuts with a ``tokenizers.Tokenizer`` (the Rust library, e.g. loaded from a
+    ``tokenizer.json``); padding and truncation are switched off on a private copy."""
+
+    def __init__(self, tokenizer: Any):
+        import tokenizers
+
+        self.tokenizer = tokenizers.Tokenizer.from_str(tokenizer.to_str())
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        self.name = "tokenizers.Tokenizer"
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids) if text else 0
+
+    def truncate(self, text: str, n: int) -> str:
+        if n <= 0:
+            return ""
+        offsets = self.tokenizer.encode(text, add_special_tokens=False).offsets
+        return text if len(offsets) <= n else text[: offsets[n - 1][1]].rstrip()
+
+
 def make_counter(tokenizer: Any = None) -> TokenCounter:
-    """A :class:`TokenizerCounter` for a tokenizer, :class:`WordCounter` for ``None``."""
+    """:class:`WordCounter` for ``None``; :class:`RustTokenizerCounter` for a
+    ``tokenizers.Tokenizer``; :class:`TokenizerCounter` for a Hugging Face tokenizer."""
     if tokenizer is None:
         return WordCounter()
     if hasattr(tokenizer, "count") and hasattr(tokenizer, "truncate"):
         return tokenizer  # already a counter
+    if type(tokenizer).__module__.startswith("tokenizers") and hasattr(tokenizer, "to_str"):
+        return RustTokenizerCounter(tokenizer)
     return TokenizerCounter(tokenizer)
 
 

@@ -9,10 +9,12 @@ from toolgym.envs.protocol import (
     Invalid,
     Search,
     Submit,
+    RustTokenizerCounter,
     TokenizerCounter,
     WordCounter,
     allocate_budget,
     check_action,
+    make_counter,
     parse_action,
     render_error,
     render_results,
@@ -185,20 +187,47 @@ def test_render_search_r1_and_errors():
 
 @pytest.fixture(scope="module")
 def minilm_tokenizer():
-    from transformers import AutoTokenizer
+    import tokenizers
 
     from toolgym.retrieval.models import minilm_path
 
-    return AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
+    return tokenizers.Tokenizer.from_file(str(minilm_path() / "tokenizer.json"))
 
 
-def test_render_counts_the_budget_with_the_policy_tokenizer(minilm_tokenizer):
-    counter = TokenizerCounter(minilm_tokenizer)
-    long = "Retrieve photovoltaic decarbonisation telemetry for geothermal microgrids and hydroelectricity " * 8
-    tools = [Tool(f"t{i}", f"n{i}", long, "Energy") for i in range(5)]
+LONG = "Retrieve photovoltaic decarbonisation telemetry for geothermal microgrids and hydroelectricity " * 8
+
+
+def _check_token_budget(counter) -> None:
+    tools = [Tool(f"t{i}", f"n{i}", LONG, "Energy") for i in range(5)]
     text = render_results(tools, query="energy", budget=100, counter=counter)
     kept = [line.split("description: ", 1)[1].removesuffix(" …") for line in text.splitlines() if "description: " in line]
     counts = [counter.count(k) for k in kept]
     assert all(c == 20 for c in counts), counts  # 100 tokens over five equal documents
-    assert all(long.startswith(k) for k in kept)  # cut at a token boundary of the original text
-    assert counter.count(long) > 100 and WordCounter().count(kept[0]) < 20
+    assert all(LONG.startswith(k) for k in kept)  # cut at a token boundary of the original text
+    assert counter.count(LONG) > 100 and WordCounter().count(kept[0]) < 20  # tokens, not words
+
+
+def test_render_counts_the_budget_with_a_tokenizer(minilm_tokenizer):
+    counter = make_counter(minilm_tokenizer)
+    assert isinstance(counter, RustTokenizerCounter)
+    assert counter.count("Retrieve photovoltaic decarbonisation") == 9  # padding to 128 is switched off
+    _check_token_budget(counter)
+
+
+@pytest.mark.slow
+def test_render_counts_the_budget_with_the_policy_hf_tokenizer():
+    from toolgym.agents.hf_policy import load_tokenizer
+
+    counter = make_counter(load_tokenizer("smollm2"))  # SmolLM2's own tokenizer, from the GGUF
+    assert isinstance(counter, TokenizerCounter)
+    _check_token_budget(counter)
+    from toolgym.envs import ToolSearchEnv
+    from toolgym.data.records import Task
+
+    env = ToolSearchEnv(CORPUS, [Task(id="q", query="weather", gold=frozenset({"getWeather"}))],
+                        tokenizer=counter.tokenizer, token_budget=10)
+    env.reset(seed=0)
+    obs = env.step(call("search", query="weather"))[0]
+    kept = [line.split("description: ", 1)[1] for line in obs.splitlines() if "description: " in line]
+    assert any(k.endswith("…") for k in kept)
+    assert sum(counter.count(k.removesuffix("…").strip()) for k in kept) <= 10
