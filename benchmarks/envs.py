@@ -18,6 +18,7 @@ Run: ``python benchmarks/envs.py [--num-envs 64] [--steps 6] [--repeats 3]``
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -106,6 +107,7 @@ def main() -> int:
     parser.add_argument("--retrievers", default="dense,bm25")
     args = parser.parse_args()
     rows = []
+    load_before = os.getloadavg()[0]
     for retriever in args.retrievers.split(","):
         result = measure(retriever, args.num_envs, args.steps, args.repeats)
         rows.append(result)
@@ -116,13 +118,16 @@ def main() -> int:
         [[r["retriever"], r["num_envs"], r["sequential_steps_per_s"], r["batched_steps_per_s"],
           r["sequential_searches_per_s"], r["batched_searches_per_s"], f"{r['speedup']:.1f}x"] for r in rows],
     )
+    load = (load_before, os.getloadavg()[0])
     body = (
         f"`RawQueryAgent` on Seal-Tools dev, {args.num_envs} envs, {args.steps} vector steps per run, median of "
         f"{args.repeats} runs; both paths share one index (query cache off) and produce identical transcripts. "
         "Sequential = gymnasium `SyncVectorEnv` (one `search` per env); batched = `BatchedToolSearchVectorEnv` "
-        "(one `search_batch` per step). Target: batched >= 4x sequential with the dense retriever.\n\n" + table
+        "(one `search_batch` per step). Target: batched >= 4x sequential with the dense retriever. "
+        f"Load average {load[0]:.1f} -> {load[1]:.1f} during the run (other jobs share the cores): absolute rates "
+        "swing with it, the ratio of the two paths is the number to read.\n\n" + table
     )
-    write_report("envs", {"runs": rows, "env_id": ENV_ID}, "Environments: sequential vs batched vector env", body)
+    write_report("envs", {"runs": rows, "env_id": ENV_ID, "load_average": load}, "Environments: sequential vs batched vector env", body)
     return 0
 
 
