@@ -114,3 +114,12 @@ def test_check_env_and_registry():
     obs, info = stb.reset(seed=1)
     _, reward, terminated, _, info = stb.step(info["query"].replace(". ", "\n"))
     assert terminated and isinstance(reward, float) and len(info["raw_ranking"]) == 10
+
+
+def test_make_vec_sync_for_decompose():
+    venv = gymnasium.make_vec("toolgym/Decompose-v0", num_envs=2, max_tasks=4)
+    _, infos = venv.reset(seed=0)
+    _, rewards, terminated, _, infos = venv.step(["get energy data\nsearch the museum catalogue"] * 2)
+    assert terminated.tolist() == [True, True] and rewards.shape == (2,)
+    assert infos["subtasks"][0] == ["get energy data", "search the museum catalogue"]
+    venv.close()
