@@ -194,6 +194,23 @@ class ChatGlue:
         return head + tool_text + self.after_tool
 
 
+class _StopOnText:
+    """Per-row stop once the newly generated text contains a stop string.
+
+    Decodes only a short tail of each row; ``transformers``' own ``stop_strings`` builds tables
+    over the whole vocabulary on every ``generate`` call, which costs more than a short turn.
+    """
+
+    def __init__(self, tokenizer: Any, stops: Sequence[str], prompt_width: int, tail: int = 12):
+        self.tokenizer, self.stops, self.start, self.tail = tokenizer, list(stops), prompt_width, tail
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        new = input_ids[:, self.start:]
+        lo = max(0, new.shape[1] - self.tail)
+        texts = self.tokenizer.batch_decode(new[:, lo:])
+        return torch.tensor([any(s in t for s in self.stops) for t in texts], device=input_ids.device)
+
+
 class HFChatPolicy:
     """Generate assistant turns with a transformers causal LM and keep the exact token ids.
 
@@ -263,7 +280,7 @@ class HFChatPolicy:
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if s.stop_strings:
-            kwargs.update(stop_strings=list(s.stop_strings), tokenizer=self.tokenizer)
+            kwargs["stopping_criteria"] = [_StopOnText(self.tokenizer, s.stop_strings, width)]
         was_training = self.model.training
         self.model.eval()
         out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs)

@@ -1,0 +1,125 @@
+"""Rollouts through the real ToolSearch env: exact token ids, loss masks, turn spans."""
+from __future__ import annotations
+
+import json
+
+import gymnasium
+import pytest
+
+import toolgym.envs  # noqa: F401  (registers the env ids)
+from toolgym.agents.hf_policy import Generation, HFChatPolicy, load_tokenizer, tiny_causal_lm
+from toolgym.rewards import get_reward
+from toolgym.trainers.grpo import trajectory_token_advantages
+from toolgym.trainers.rollout import collect_rollouts, rollout_groups
+
+
+class ScriptedTokenPolicy(HFChatPolicy):
+    """The real tokenizer/template glue with scripted turns, so the env sees real searches.
+
+    Each turn's text is tokenised into the ids that a model would have sampled; every prompt the
+    "model" is given is recorded to check that the trajectory is exactly what it saw.
+    """
+
+    def __init__(self, model, tokenizer, script):
+        super().__init__(model, tokenizer, {"max_new_tokens": 64})
+        self.script = script
+        self.seen_prompts: list[list[int]] = []
+        self.turn = 0
+
+    def generate_batch(self, prompts, max_new_tokens=None):
+        out = []
+        for p in prompts:
+            self.seen_prompts.append(list(p))
+            text = self.script[min(self.turn, len(self.script) - 1)]
+            ids = self.tokenizer.encode(text, add_special_tokens=False) + ([self.end_ids[0]] if "submit" in text else [])
+            out.append(Generation(text, ids, "stop"))
+        self.turn += 1
+        return out
+
+
+def _call(name, **args):
+    return "<tool_call>" + json.dumps({"name": name, "arguments": args}) + "</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("smollm2")
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    return tiny_causal_lm(tokenizer, seed=0)
+
+
+def test_retrieved_tokens_are_masked_and_sequence_is_what_the_model_saw(tokenizer, tiny):
+    env = gymnasium.make("toolgym/ToolSearch-v0", split="train", max_turns=4)
+    task = env.unwrapped.tasks[0]
+    script = [_call("search", query="number of nurses in a country"), _call("search", query="health workforce"),
+              _call("submit", tools=sorted(task.gold))]
+    policy = ScriptedTokenPolicy(tiny, tokenizer, script)
+    (r,) = collect_rollouts(policy, [env], [task.id], seeds=[0])
+    traj = r.trajectory
+    assert traj.terminated_by == "submit" and len(traj.events) == 2 and traj.selection == sorted(task.gold)
+    ids, mask, spans = traj.token_ids, traj.loss_mask, traj.turn_spans
+    assert len(ids) == len(mask) and len(spans) == 3
+    # every prompt the model was given is a prefix of the final sequence, which ends with the last turn
+    for prompt in policy.seen_prompts:
+        assert ids[: len(prompt)] == prompt
+    assert policy.seen_prompts[-1] == ids[: spans[-1][0]] and spans[-1][1] == len(ids)
+    # mask 1 exactly on the policy's spans
+    inside = {p for s, e in spans for p in range(s, e)}
+    assert [p for p, m in enumerate(mask) if m] == sorted(inside)
+    # the whole sequence decodes to the chat template applied to the episode's messages
+    msgs = [m if m["role"] != "assistant" else m for m in traj.messages]
+    expected = tokenizer.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True) + msgs[-1]["content"]
+    assert tokenizer.decode(ids).replace("<|im_end|>", "") == expected.replace("<|im_end|>", "")
+    # every retrieved tool id (and the tool text around it) sits in mask-0 tokens
+    masked_text = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
+    policy_text = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    for event in traj.events:
+        for tool_id in event.results:
+            assert tool_id in masked_text
+    for m in traj.messages:
+        if m["role"] == "tool":
+            assert m["content"] in masked_text and m["content"] not in policy_text
+    assert policy_text.startswith("<tool_call>")
+
+
+def test_real_model_rollout_groups_and_turn_credit(tokenizer, tiny):
+    policy = HFChatPolicy(tiny, tokenizer, {"max_new_tokens": 8, "temperature": 1.0})
+    envs = [gymnasium.make("toolgym/ToolSearch-v0", split="train", max_turns=2) for _ in range(4)]
+    tasks = envs[0].unwrapped.tasks[:2]
+    groups = rollout_groups(policy, envs, [t.id for t in tasks], group_size=2, seed=3)
+    assert [len(g) for g in groups] == [2, 2]
+    reward = get_reward("toolsearcher")
+    for task, group in zip(tasks, groups):
+        trajs = [r.trajectory for r in group]
+        assert all(t.task_id == task.id for t in trajs)
+        for r in group:  # a random model makes invalid calls: the env answers with error text, masked out
+            t = r.trajectory
+            assert t.num_turns == len(t.turn_spans) == 2
+            assert sum(t.loss_mask) == sum(e - s for s, e in t.turn_spans) == r.generated_tokens
+        credit = reward.score_group(trajs, task)
+        for i, t in enumerate(trajs):
+            adv = trajectory_token_advantages(t, credit, i)
+            assert all(a == 0 for a, m in zip(adv, t.loss_mask) if not m)
+
+
+def test_decompose_env_single_step(tokenizer, tiny):
+    env = gymnasium.make("toolgym/Decompose-v0", split="train")
+    task = env.unwrapped.tasks[0]
+    policy = ScriptedTokenPolicy(tiny, tokenizer, ["find cloud SLA info\nback up data to the cloud\nupdate a shipment"])
+    (r,) = collect_rollouts(policy, [env], [task.id])
+    t = r.trajectory
+    assert t.subtasks == ["find cloud SLA info", "back up data to the cloud", "update a shipment"]
+    assert t.turn_spans == [(t.turn_spans[0][0], len(t.token_ids))] and sum(t.loss_mask) == t.turn_spans[0][1] - t.turn_spans[0][0]
+    credit = get_reward("magicselector", retrieve=lambda qs, k: [list(x.ids) for x in env.unwrapped.index.search_batch(qs, None, k)]).score_group([t], task)
+    assert credit.rewards.shape == (1,)
+
+
+def test_mismatched_inputs_are_rejected(tokenizer, tiny):
+    policy = HFChatPolicy(tiny, tokenizer)
+    with pytest.raises(ValueError, match="envs for"):
+        collect_rollouts(policy, [], ["a"])
+    with pytest.raises(ValueError, match="need 4 envs"):
+        rollout_groups(policy, [object()], ["a", "b"], group_size=2)

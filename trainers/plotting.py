@@ -1,0 +1,54 @@
+"""A PNG of a run's training curves from its JSONL metrics."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PANELS = [
+    ("reward", "reward (mean over rollouts)"),
+    ("adv_abs", "|advantage| (policy tokens)"),
+    ("kl", "KL to reference (k3)"),
+    ("clip_frac", "clip fraction"),
+    ("search_turns", "search turns / episode"),
+    ("invalid_rate", "invalid action rate"),
+]
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                rows.append(json.loads(line))
+    return rows
+
+
+def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str | None = None) -> Path:
+    """Plot the standard panels (those present in the metrics) against the step; returns the PNG path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in read_metrics(metrics_path) if "step" in r]
+    panels = [(k, label) for k, label in PANELS if any(k in r for r in rows)] or PANELS[:1]
+    cols = 3
+    nrows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows), squeeze=False)
+    for ax, (key, label) in zip(axes.flat, panels):
+        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3)
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
