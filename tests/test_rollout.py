@@ -70,16 +70,16 @@ def test_retrieved_tokens_are_masked_and_sequence_is_what_the_model_saw(tokenize
     inside = {p for s, e in spans for p in range(s, e)}
     assert [p for p, m in enumerate(mask) if m] == sorted(inside)
     # the whole sequence decodes to the chat template applied to the episode's messages
-    msgs = [m if m["role"] != "assistant" else m for m in traj.messages]
-    expected = tokenizer.apply_chat_template(msgs[:-1], tokenize=False, add_generation_prompt=True) + msgs[-1]["content"]
-    assert tokenizer.decode(ids).replace("<|im_end|>", "") == expected.replace("<|im_end|>", "")
+    last = max(i for i, m in enumerate(traj.messages) if m["role"] == "assistant")  # then the env's closing note
+    expected = tokenizer.apply_chat_template(traj.messages[:last], tokenize=False, add_generation_prompt=True)
+    assert tokenizer.decode(ids) == expected + traj.messages[last]["content"] + "<|im_end|>"
     # every retrieved tool id (and the tool text around it) sits in mask-0 tokens
     masked_text = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
     policy_text = tokenizer.decode([t for t, m in zip(ids, mask) if m])
     for event in traj.events:
         for tool_id in event.results:
             assert tool_id in masked_text
-    for m in traj.messages:
+    for m in traj.messages[:last]:
         if m["role"] == "tool":
             assert m["content"] in masked_text and m["content"] not in policy_text
     assert policy_text.startswith("<tool_call>")
@@ -113,7 +113,7 @@ def test_decompose_env_single_step(tokenizer, tiny):
     t = r.trajectory
     assert t.subtasks == ["find cloud SLA info", "back up data to the cloud", "update a shipment"]
     assert t.turn_spans == [(t.turn_spans[0][0], len(t.token_ids))] and sum(t.loss_mask) == t.turn_spans[0][1] - t.turn_spans[0][0]
-    credit = get_reward("magicselector", retrieve=lambda qs, k: [list(x.ids) for x in env.unwrapped.index.search_batch(qs, None, k)]).score_group([t], task)
+    credit = get_reward("counterfactual", retrieve=lambda qs, k: [list(x.ids) for x in env.unwrapped.index.search_batch(qs, None, k)]).score_group([t], task)
     assert credit.rewards.shape == (1,)
 
 
