@@ -97,9 +97,12 @@ class BatchedToolSearchVectorEnv(VectorEnv):
         results: dict[int, Any] = {}
         for (_, top_k), rows in groups.items():
             index = self.envs[rows[0]].index
-            batch = index.search_batch([plans[i].query for i in rows], [plans[i].category for i in rows], top_k)
+            # A GRPO group often repeats a query (the raw request): search each distinct one once.
+            distinct = list(dict.fromkeys((plans[i].query, plans[i].category) for i in rows))
+            batch = index.search_batch([q for q, _ in distinct], [c for _, c in distinct], top_k)
             self.search_calls += 1
-            results.update(zip(rows, batch))
+            by_key = dict(zip(distinct, batch))
+            results.update((i, by_key[(plans[i].query, plans[i].category)]) for i in rows)
         for i, env in enumerate(self.envs):
             if self._autoreset[i]:
                 self._obs[i], info = env.reset()

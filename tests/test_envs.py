@@ -275,8 +275,17 @@ def test_batched_vector_env_matches_sync_and_batches_searches(monkeypatch):
     batched.close()
 
 
-def test_vector_reset_with_one_task_per_env():
+def test_vector_reset_with_one_task_per_env_and_repeated_queries_searched_once(monkeypatch):
     venv = gymnasium.make_vec("toolgym/ToolSearch-v0", num_envs=4)
     _, infos = venv.reset(options={"tasks": ["dev-easy-0"] * 2 + ["dev-easy-1"] * 2})
     assert infos["task_id"].tolist() == ["dev-easy-0", "dev-easy-0", "dev-easy-1", "dev-easy-1"]
+    index = venv.envs[0].index
+    calls = []
+    original = index.search_batch
+    monkeypatch.setattr(index, "search_batch", lambda q, c=None, k=10: calls.append(list(q)) or original(q, c, k))
+    _, _, _, _, infos = venv.step([call("search", query="nurses"), call("search", query="nurses"),
+                                   call("search", query="post engagement"), "oops"])
+    assert calls == [["nurses", "post engagement"]]
+    results = [e.results if e is not None else None for e in infos["event"]]
+    assert results[0] == results[1] == list(original(["nurses"], None, 5)[0].ids) and results[3] is None
     venv.close()
