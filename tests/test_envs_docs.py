@@ -1,27 +1,30 @@
-"""The docs/envs.md snippet that registers an environment on a researcher's own corpus runs."""
+"""The README / docs/envs.md snippet that registers an environment on a researcher's own corpus runs."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 import gymnasium
+import pytest
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "envs.md"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", ROOT / "docs" / "envs.md"]
 
 
-def snippet(name: str) -> str:
-    match = re.search(rf"<!-- snippet: {name} -->\s*```python\n(.*?)```", DOC.read_text(), re.S)
-    assert match, f"snippet {name!r} not found in {DOC}"
+def snippet(name: str, doc: Path) -> str:
+    match = re.search(rf"<!-- snippet: {name} -->\s*```python\n(.*?)```", doc.read_text(), re.S)
+    assert match, f"snippet {name!r} not found in {doc}"
     return match.group(1)
 
 
-def test_register_snippet_is_short_and_runs():
-    code = snippet("register-env")
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_register_snippet_is_short_and_runs(doc):
+    code = snippet("register-env", doc)
     lines = [line for line in code.splitlines() if line.strip()]
     assert len(lines) < 20
     namespace: dict = {}
     try:
-        exec(compile(code, str(DOC), "exec"), namespace)
+        exec(compile(code, str(doc), "exec"), namespace)
         assert "mylab/ToolSearch-MyTools-v0" in gymnasium.registry
         assert namespace["info"]["event"].first_found == ["weather.week"]
         venv = gymnasium.make_vec("mylab/ToolSearch-MyTools-v0", num_envs=2)  # the batched vector env
