@@ -32,13 +32,13 @@ DEFAULTS: dict[str, Any] = {
     },
     "reward": {"name": "grpo_f1", "options": {}},
     "model": {"name": "smollm2", "dtype": None, "device": None},
-    "sampling": {"max_new_tokens": 128, "temperature": 1.0, "top_p": 1.0, "top_k": 0},
+    "sampling": {"max_new_tokens": 128, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "stop_strings": ["</tool_call>"]},
     "grpo": {"lr": 1e-6, "clip_eps": 0.2, "kl_coef": 0.001, "micro_batch_size": 4, "mini_batch_size": None,
              "epochs": 1, "max_grad_norm": 1.0, "weight_decay": 0.0, "logprob_chunk": 1024, "lora": None,
              "gradient_checkpointing": False},
     "train": {"steps": 10, "tasks_per_step": 2, "group_size": 4, "max_context_tokens": 4096,
               "checkpoint_every": 5, "keep_checkpoints": 1, "save_rollouts": True, "skip_zero_advantage": True,
-              "max_tasks": None},
+              "max_tasks": None, "time_budget_s": None},
     "eval": {"before": False, "after": False, "num_tasks": 20, "batch_size": 8, "temperature": 0.0},
 }
 
@@ -314,7 +314,13 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     if tcfg["save_rollouts"]:
         (run_dir / "rollouts").mkdir(exist_ok=True)
     bar = tqdm(total=steps, initial=start_step, desc="GRPO", disable=not progress)
+    budget = float(tcfg["time_budget_s"]) if tcfg["time_budget_s"] else math.inf
+    loop_start = time.time()
+    last_done = start_step
     for step in range(start_step, steps):
+        if time.time() - loop_start >= budget:
+            print(f"time budget of {budget:.0f}s spent after {step} steps")
+            break
         t0 = time.time()
         torch.manual_seed(seed * 1_000_003 + step)  # sampling depends only on (seed, step): resume-stable
         step_tasks = tasks_for_step(tasks, step, per_step, seed)
@@ -373,8 +379,9 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
                            [(task, [r.trajectory for r in g]) for task, g in zip(step_tasks, groups)])
         with open(metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
-        done = step + 1
-        if tcfg["checkpoint_every"] and (done % int(tcfg["checkpoint_every"]) == 0 or done == steps):
+        done = last_done = step + 1
+        out_of_time = time.time() - loop_start >= budget
+        if tcfg["checkpoint_every"] and (done % int(tcfg["checkpoint_every"]) == 0 or done == steps or out_of_time):
             ckpt.save_checkpoint(run_dir, done, trainer.model, trainer.optimizer, {"config": plain},
                                  keep=int(tcfg["keep_checkpoints"]))
         bar.update(1)
@@ -389,7 +396,8 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
         eval_path.write_text(json.dumps(evals, indent=2))
     summary["eval"] = evals
     summary["metrics"] = str(metrics_path)
-    summary["steps"] = steps
+    summary["steps"] = last_done
+    summary["train_seconds"] = time.time() - loop_start
     return summary
 
 
