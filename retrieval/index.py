@@ -122,23 +122,45 @@ class _BM25:
         )
         self.vocab: dict[str, int] = self.retriever.vocab_dict
         self.num_docs = int(s["num_docs"])
+        from bm25s.stopwords import STOPWORDS_EN
+
+        self._split = re.compile(r"(?u)\b\w\w+\b").findall  # bm25s.tokenize's default pattern
+        self._stopwords = frozenset(STOPWORDS_EN)
+        self._column_of: dict[str, int] = {}
+        self._stem_lock = threading.Lock()
 
     def query_matrix(self, queries: Sequence[str]):
-        """(queries x vocab) term counts; words outside the corpus vocabulary score nothing."""
+        """(queries x vocab) term counts; words outside the corpus vocabulary score nothing.
+
+        Same analysis as ``bm25s.tokenize`` (lowercase, ``\\b\\w\\w+\\b``, English stopwords,
+        then the stemmer), without its per-call vocabulary building and progress bars; each
+        surface word's column is memoised, so a query costs a regex and a few dict lookups.
+        """
         import scipy.sparse as sp
 
-        words = self._bm25s.tokenize(
-            list(queries), stopwords="en", stemmer=self.stemmer, return_ids=False, show_progress=False
-        )
         rows, cols = [], []
-        for row, toks in enumerate(words):
-            for tok in toks:
-                col = self.vocab.get(tok)
-                if col is not None:
+        column = self._column_of
+        for row, query in enumerate(queries):
+            for word in self._split(query.lower()):
+                col = column.get(word, -2)
+                if col == -2:
+                    col = self._column(word)
+                if col >= 0:
                     rows.append(row)
                     cols.append(col)
         data = np.ones(len(rows), dtype=np.float32)
         return sp.csr_matrix((data, (rows, cols)), shape=(len(queries), self.weights.shape[0]))
+
+    def _column(self, word: str) -> int:
+        """Vocabulary column of a lowercased surface word (-1: stopword or unseen stem)."""
+        if word in self._stopwords:
+            col = -1
+        else:
+            with self._stem_lock:  # a PyStemmer object is not safe to share between threads
+                col = self.vocab.get(self.stemmer.stemWord(word), -1)
+        if len(self._column_of) < 1_000_000:  # bound the memo against adversarial query streams
+            self._column_of[word] = col
+        return col
 
     def scores(self, queries: Sequence[str], columns: np.ndarray | None = None) -> np.ndarray:
         """Dense (queries x docs) BM25 scores, restricted to ``columns`` when given."""
