@@ -113,11 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         train(cfg, progress=False)
         rows = [json.loads(l) for l in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
     measured = rows[1:] if len(rows) > 1 else rows  # the first step pays one-off warm-up
-    mean = lambda k: sum(r[k] for r in measured) / len(measured)  # noqa: E731
+    mean = lambda k: sum(r.get(k, 0.0) for r in measured) / len(measured)  # noqa: E731
+    trained = [r for r in rows if r.get("trained_sequences")]  # steps whose groups all had zero advantage skip the update
     payload = {
         "config": args.config, "overrides": overrides, "torch_threads": torch.get_num_threads(),
         "step_s": mean("step_s"), "rollout_s": mean("rollout_s"), "update_s": mean("update_s"),
         "policy_tokens_per_step": mean("policy_tokens"), "sequences_per_step": mean("trained_sequences"),
+        "update_s_when_trained": sum(r["update_s"] for r in trained) / len(trained) if trained else None,
+        "step_s_when_trained": sum(r["step_s"] for r in trained) / len(trained) if trained else None,
         "peak_rss_mb": peak_rss_mb(),
         "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
         "generation": {
@@ -132,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     body = (
         f"Config `{Path(args.config).name}` {' '.join(overrides)}; {payload['torch_threads']} torch threads; "
         f"mean over steps 2..{len(rows)} of {len(rows)}.\n\n"
-        + markdown_table(["s/step", "rollout s", "update s", "policy tokens/step", "peak RSS MB"],
-                         [[payload["step_s"], payload["rollout_s"], payload["update_s"], payload["policy_tokens_per_step"],
-                           payload["peak_rss_mb"]]])
+        + markdown_table(["s/step", "rollout s", "update s", "s/step with an update", "update s (when run)",
+                          "policy tokens/step", "peak RSS MB"],
+                         [[payload["step_s"], payload["rollout_s"], payload["update_s"], payload["step_s_when_trained"] or "-",
+                           payload["update_s_when_trained"] or "-", payload["policy_tokens_per_step"], payload["peak_rss_mb"]]])
         + "\n\nGeneration on the same prompts, same run (tokens/s):\n\n"
         + markdown_table(["plain model.generate", "rollout turn (policy + env step)", "ratio", "full episodes"],
                          [[g["plain_generate_tok_s"], g["rollout_turn_tok_s"], g["rollout_over_plain"], g["full_episode_tok_s"]]])

@@ -75,7 +75,9 @@ def collect_rollouts(policy: Any, envs: Sequence[Any], task_refs: Sequence[Any],
         slot = _Slot(env=env, task_ref=ref, seed=seed, messages=list(info["messages"]))
         task = info.get("task")
         slot.task_id = str(getattr(task, "id", info.get("task_id", ref)))
-        slot.token_ids = list(policy.encode_prompt(info["messages"], tools=info.get("tools")))
+        # The env's system prompt already lists the tool schemas; passing info["tools"] to the
+        # template as well would describe them twice (Qwen-style templates render `tools`).
+        slot.token_ids = list(policy.encode_prompt(info["messages"]))
         slot.loss_mask = [0] * len(slot.token_ids)
         slot.prompt_tokens = len(slot.token_ids)
         slots.append(slot)
