@@ -40,14 +40,22 @@ RUNS = {
 }
 
 
-def run_one(name: str, budget_s: float, eval_tasks: int, model: str, out_dir: Path) -> dict:
+def run_one(name: str, budget_s: float, eval_tasks: int, model: str, out_dir: Path, reuse: bool = False) -> dict:
     from omegaconf import OmegaConf
 
     from toolgym.trainers.train_cmd import load_config, train
 
+    run_dir = out_dir / name
+    eval_path = run_dir / "eval.json"
+    if reuse and eval_path.exists() and {"before", "after"} <= set(json.loads(eval_path.read_text())):
+        evals = json.loads(eval_path.read_text())  # a finished run of an earlier invocation
+        rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        summary = {"eval": evals, "steps": len(rows), "train_seconds": sum(r["step_s"] for r in rows)}
+        return _result(name, budget_s, summary)
     cfg = load_config(Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml")
-    cfg = OmegaConf.merge(cfg, OmegaConf.create(RUNS[name]))
-    cfg.run_dir = str(out_dir / name)
+    for section in ("env", "reward", "sampling"):  # replace, not merge: env kwargs differ per env
+        cfg[section] = OmegaConf.merge(load_config(None)[section], RUNS[name][section])
+    cfg.run_dir = str(run_dir)
     cfg.model.name = model
     cfg.train.steps = 100_000
     cfg.train.time_budget_s = budget_s
@@ -56,6 +64,10 @@ def run_one(name: str, budget_s: float, eval_tasks: int, model: str, out_dir: Pa
     cfg.eval.before = cfg.eval.after = True
     cfg.eval.num_tasks = eval_tasks
     summary = train(cfg, progress=True)
+    return _result(name, budget_s, summary)
+
+
+def _result(name: str, budget_s: float, summary: dict) -> dict:
     before, after = summary["eval"]["before"], summary["eval"]["after"]
     return {
         "env_id": RUNS[name]["env"]["id"], "reward_scheme": RUNS[name]["reward"]["name"], "budget_s": budget_s,
@@ -71,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
     ap.add_argument("--out", default=None, help="run folders (default: a temporary folder)")
+    ap.add_argument("--reuse", action="store_true", help="take finished runs (eval.json with before/after) from --out")
     args = ap.parse_args(argv)
     out_dir = Path(args.out or tempfile.mkdtemp(prefix="toolgym_learning_"))
-    results = {name: run_one(name, args.budget_min * 60, args.eval_tasks, args.model, out_dir) for name in args.runs}
+    results = {name: run_one(name, args.budget_min * 60, args.eval_tasks, args.model, out_dir, args.reuse) for name in args.runs}
     rows = []
     for name, r in results.items():
         b, a = r["before"], r["after"]
