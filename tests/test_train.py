@@ -113,3 +113,12 @@ def test_killed_run_resumes_without_lost_or_repeated_steps(tmp_path):
     tasks = env_tasks(make_envs("toolgym/ToolSearch-v0", {"split": "train", "max_turns": 2}, 1)[0])
     assert [r["task_ids"] for r in rows] == [[t.id for t in tasks_for_step(tasks, s, 1, 0)] for s in range(6)]
     assert ckpt.read_state(ckpt.latest_checkpoint(run))["step"] == 6
+
+
+@pytest.mark.slow
+def test_time_budget_stops_after_the_running_step_and_checkpoints_it(tmp_path):
+    cfg = load_config(_write_config(tmp_path / "c.yaml", tmp_path / "run", steps=50, checkpoint_every=10),
+                      ["train.time_budget_s=0.001"])
+    summary = train(cfg, progress=False)
+    assert summary["steps"] == 1
+    assert ckpt.read_state(ckpt.latest_checkpoint(tmp_path / "run"))["step"] == 1
