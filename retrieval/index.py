@@ -109,7 +109,6 @@ class _BM25:
         import bm25s
         import scipy.sparse as sp
 
-        self._bm25s = bm25s
         self.stemmer = _english_stemmer()
         tokens = bm25s.tokenize(texts, stopwords="en", stemmer=self.stemmer, show_progress=show_progress)
         self.retriever = bm25s.BM25(method="lucene")
@@ -353,13 +352,9 @@ class ToolIndex:
         dense = self._dense_topk(qvecs, groups, depth)
         return [self._rrf(lex, den, k) for lex, den in zip(lexical, dense)]
 
-    def _gather_topk(
-        self, scores: np.ndarray, groups: dict[str | None, list[int]], k: int, out: list, skip_none: bool = False
-    ) -> None:
+    def _gather_topk(self, scores: np.ndarray, groups: dict[str | None, list[int]], k: int, out: list) -> None:
         """Per category group: exact top-k over that category's columns of ``scores``."""
         for category, rows in groups.items():
-            if category is None and skip_none:
-                continue
             cols = None if category is None else self._category_rows[category]
             if cols is None:
                 block = scores if len(rows) == scores.shape[0] else scores[rows]  # rows ascend
@@ -415,7 +410,8 @@ class ToolIndex:
         if self._encoder is None:
             from sentence_transformers import SentenceTransformer
 
-            self._encoder = SentenceTransformer(self.model_name, device="cpu", local_files_only=True)
+            # device=None: sentence-transformers picks a GPU when there is one.
+            self._encoder = SentenceTransformer(self.model_name, device=None, local_files_only=True)
         return self._encoder
 
     def _encoder_dim(self) -> int:

@@ -140,14 +140,16 @@ def test_dense_matches_brute_force_and_filters_exactly(small, dense):
     qv = dense.embed(queries)
     np.testing.assert_allclose(np.linalg.norm(qv, axis=1), 1.0, atol=1e-5)
     sims = qv @ emb.T
-    for q, res, row in zip(queries, dense.search_batch(queries, k=6), sims):
+    for res, row in zip(dense.search_batch(queries, k=6), sims):
         np.testing.assert_allclose(res.scores, np.sort(row)[::-1][:6], rtol=1e-4, atol=1e-5)
         assert small.index_of(res.ids[0]) == int(np.argmax(row))
-        for category in small.categories:
-            rows = np.array([i for i, t in enumerate(small) if t.category == category])
-            got = dense.search(q, category, k=4)
-            best = rows[np.argsort(-row[rows], kind="stable")[:4]]
-            assert [small.index_of(i) for i in got.ids] == best.tolist()
+    # Every (query, category) pair in one batch: one encoder call, one top-k per category.
+    pairs = [(qi, c) for qi in range(len(queries)) for c in small.categories]
+    filtered = dense.search_batch([queries[qi] for qi, _ in pairs], [c for _, c in pairs], k=4)
+    for (qi, category), got in zip(pairs, filtered):
+        rows = np.array([i for i, t in enumerate(small) if t.category == category])
+        best = rows[np.argsort(-sims[qi][rows], kind="stable")[:4]]
+        assert [small.index_of(i) for i in got.ids] == best.tolist()
     # k beyond the corpus returns the corpus.
     assert len(dense.search("anything", k=10_000)) == len(small)
 
