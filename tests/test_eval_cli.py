@@ -51,3 +51,14 @@ def test_eval_bad_input_is_one_clear_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message.lower() in err.lower() and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_rerank_reorders_the_same_candidates(tmp_path):
+    """Reranking permutes the top candidates: recall at the candidate depth cannot change."""
+    plain, reranked = tmp_path / "plain.json", tmp_path / "rerank.json"
+    common = ["eval", "--dataset", "seal_tools", "--limit", "8", "--candidates", "10", "--k", "1,10"]
+    assert main(common + ["--json", str(plain)]) == 0
+    assert main(common + ["--rerank", "--json", str(reranked)]) == 0
+    a, b = json.loads(plain.read_text()), json.loads(reranked.read_text())
+    assert a["R@10"] == pytest.approx(b["R@10"]) and b["config"]["rerank"] == "minilm"

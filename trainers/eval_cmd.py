@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rerank:
         from toolgym.retrieval.rerank import CrossEncoderReranker
 
-        reranker = CrossEncoderReranker(None if args.rerank == "minilm" else args.rerank)
+        reranker = CrossEncoderReranker(None if args.rerank == "minilm" else args.rerank, corpus=corpus)
     result = evaluate_retrieval(index, tasks, ks, topk=args.topk, decompose=args.decompose, reranker=reranker,
                                 candidates=args.candidates)
     result["config"] = {"dataset": name, "retriever": args.retriever, "rerank": args.rerank,
