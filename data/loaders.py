@@ -24,7 +24,9 @@ from typing import Any, Callable, Iterator
 
 from toolgym.data.records import Task
 from toolgym.retrieval.corpus import Tool, ToolCorpus
-from toolgym.retrieval.jsonl import DatasetFormatError, read_json
+from toolgym.retrieval.jsonl import DatasetFormatError, read_json, require_file
+from toolgym.retrieval.jsonl import iter_jsonl_numbered as _iter_jsonl_numbered
+from toolgym.retrieval.jsonl import open_text as _open_text
 
 __all__ = [
     "DATASETS",
@@ -55,45 +57,10 @@ Loaded = tuple[ToolCorpus, list[Task]]
 # ---------------------------------------------------------------------------------------
 # Shared readers: every error names the file and the line.
 # ---------------------------------------------------------------------------------------
-def _open_text(path: Path):
-    # utf-8-sig: a byte-order mark (common in CSVs saved by spreadsheets) must not rename a column.
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return open(path, encoding="utf-8-sig", newline="")
-
-
-def _require(path: str | Path) -> Path:
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"dataset file not found: {path}")
-    return path
-
-
-def _iter_jsonl_numbered(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line number, record)`` for each non-blank line of a (gzipped) JSONL file."""
-    path = _require(path)
-    try:
-        with _open_text(path) as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetFormatError(
-                        f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})"
-                    ) from None
-                if not isinstance(record, dict):
-                    raise DatasetFormatError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
-                yield lineno, record
-    except (EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:  # truncated or corrupt .gz
-        raise DatasetFormatError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
-
-
 def _iter_csv_numbered(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
     """Yield ``(line number, row)``; a row with the wrong number of fields or an unclosed quote
     (a truncated file) raises ``DatasetFormatError(file:line)``."""
-    path = _require(path)
+    path = require_file(path)
     with _open_text(path) as f:
         reader = csv.reader(f, strict=True)
         try:
@@ -263,7 +230,7 @@ def load_stabletoolbench(path: str | Path, *, missing_gold: str = "error") -> Lo
     ``"tool | api"`` so the indexed text is ``"category | tool | api: description"``.
     Tasks: one per query, ``id`` = query_id, ``group`` = file stem, gold = ``relevant APIs``.
     """
-    path = _require(path)
+    path = require_file(path)
     tools: dict[str, Tool] = {}
     tasks, where_of = [], {}
     for file in _stb_files(path):
@@ -343,7 +310,7 @@ def load_seal_tools(
     ``field``), tasks from a split file in the ``dev.jsonl`` format (or a folder holding
     ``dev.jsonl`` and ``tool.jsonl``). Gold = the set of ``calling[].api``; ``group`` = easy /
     difficult from the id; no NL subtasks (Seal-Tools has none)."""
-    queries_path = _require(queries_path)
+    queries_path = require_file(queries_path)
     if queries_path.is_dir():
         folder = queries_path
         queries_path = folder / "dev.jsonl"
@@ -424,7 +391,7 @@ def load_metatool(
     first row); exact duplicate rows collapse; a query labelled with more than one tool is
     dropped (its label is ambiguous, exact match could not be right). Returns the drop counts too.
     """
-    queries_path, default_tools = _metatool_paths(_require(queries_path), "all_clean_data.csv")
+    queries_path, default_tools = _metatool_paths(require_file(queries_path), "all_clean_data.csv")
     corpus = _metatool_corpus(Path(tools_path) if tools_path is not None else default_tools)
     first_line: dict[str, int] = {}
     labels: dict[str, set[str]] = {}
@@ -456,7 +423,7 @@ def load_metatool_multi(
 ) -> Loaded:
     """MetaTool two-tool queries (``multi_tool_query_golden.json``: [{query, tool: [a, b]}]);
     ``id`` = ``metatool-multi-<record number>``."""
-    queries_path, default_tools = _metatool_paths(_require(queries_path), "multi_tool_query_golden.json")
+    queries_path, default_tools = _metatool_paths(require_file(queries_path), "multi_tool_query_golden.json")
     corpus = _metatool_corpus(Path(tools_path) if tools_path is not None else default_tools)
     data = read_json(queries_path)
     if not isinstance(data, list):
@@ -612,7 +579,7 @@ def load_api_bank(
     results left out; the reply turn itself never included), gold = the APIs called in that
     reply, ``ToolSearcher`` excepted. Returns the drop counts too.
     """
-    path = _require(dialogues_path)
+    path = require_file(dialogues_path)
     if path.is_dir():
         api_root = path if (path / "data" / "all_apis.csv").exists() else None
         root = path / "lv1-lv2-samples" if (path / "lv1-lv2-samples").is_dir() else path
@@ -696,7 +663,7 @@ def load_ultratool(
     (category = first domain), tasks from ``data.jsonl`` (or the folder holding both).
     Gold = ``task_nodes[].task``; ``subtasks`` = ``task_steps`` through :func:`ultratool_subtask`;
     ``group`` = the plan ``type`` (chain, dag, ...)."""
-    data_path = _require(data_path)
+    data_path = require_file(data_path)
     if data_path.is_dir():
         data_path = data_path / "data.jsonl"
     tools_path = Path(tools_path) if tools_path is not None else data_path.parent / "tool_desc.json"
