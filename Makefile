@@ -23,6 +23,7 @@ install: $(STAMP)
 
 quickstart: install
 	$(VENV)/bin/toolgym eval --dataset stabletoolbench --retriever bm25
+	$(VENV)/bin/toolgym train configs/quickstart.yaml
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
