@@ -387,6 +387,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
         bar.update(1)
         bar.set_postfix(reward=f"{row['reward']:.3f}", kl=f"{row.get('kl', 0):.4f}", tok_s=f"{row['tokens_per_s']:.0f}")
     bar.close()
+    summary["train_seconds"] = time.time() - loop_start
 
     if metrics_path.exists() and metrics_path.stat().st_size:
         summary["plot"] = str(plot_curves(metrics_path, run_dir / "curves.png", title=f"{envcfg['id']} / {plain['reward']['name']}"))
@@ -397,7 +398,6 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     summary["eval"] = evals
     summary["metrics"] = str(metrics_path)
     summary["steps"] = last_done
-    summary["train_seconds"] = time.time() - loop_start
     return summary
 
 
