@@ -28,3 +28,25 @@ __all__ = [
     "make_agent",
     "make_scripted_agent",
 ]
+
+# Model-backed policies import torch/transformers: load them on first attribute access.
+_LAZY = {
+    "HFChatPolicy": "toolgym.agents.hf_policy",
+    "Generation": "toolgym.agents.hf_policy",
+    "SamplingConfig": "toolgym.agents.hf_policy",
+    "load_causal_lm": "toolgym.agents.hf_policy",
+    "load_tokenizer": "toolgym.agents.hf_policy",
+    "tiny_causal_lm": "toolgym.agents.hf_policy",
+    "OpenAICompatPolicy": "toolgym.agents.openai_policy",
+    "OpenAICompatError": "toolgym.agents.openai_policy",
+}
+__all__ += sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'toolgym.agents' has no attribute {name!r}")
+

@@ -62,3 +62,13 @@ def test_rerank_reorders_the_same_candidates(tmp_path):
     assert main(common + ["--rerank", "--json", str(reranked)]) == 0
     a, b = json.loads(plain.read_text()), json.loads(reranked.read_text())
     assert a["R@10"] == pytest.approx(b["R@10"]) and b["config"]["rerank"] == "minilm"
+
+
+@pytest.mark.slow
+def test_eval_policy_mode_runs_a_model_in_the_env(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert main(["eval", "--env", "toolgym/Decompose-v0", "--policy", "tiny-llama", "--split", "heldout",
+                 "--limit", "2", "--json", str(out)]) == 0
+    metrics = json.loads(out.read_text())
+    assert metrics["n"] == 2 and metrics["env_id"] == "toolgym/Decompose-v0" and "reward" in metrics
+    assert "policy=tiny-llama" in capsys.readouterr().out

@@ -199,7 +199,7 @@ def print_table(title: str, result: dict[str, Any], keys: Sequence[str]) -> None
     table.add_column("n", justify="right")
 
     def cells(metrics: dict[str, Any]) -> list[str]:
-        return [f"{metrics[k]:.2f}" if k in ("K", "turns") else f"{metrics[k]:.1f}" for k in keys] + [str(metrics["n"])]
+        return [f"{metrics[k]:.2f}" if k in ("K", "turns", "reward") else f"{metrics[k]:.1f}" for k in keys] + [str(metrics["n"])]
 
     for group, metrics in result.get("groups", {}).items():
         table.add_row(group, *cells(metrics))
@@ -248,12 +248,18 @@ def run_episodes(args: argparse.Namespace) -> int:
                                 save_rollouts=args.save_rollouts, seed=args.seed)
         who = f"agent={args.agent}"
     else:
-        from toolgym.trainers.rollout import evaluate_policy
+        from toolgym.trainers.train_cmd import evaluate_policy
 
-        result = evaluate_policy(args.policy, args.env, dataset=args.dataset, split=args.split, limit=args.limit,
-                                 group_size=args.group_size, save_rollouts=args.save_rollouts, seed=args.seed)
+        env_kwargs = {"dataset": args.dataset} if args.dataset else None
+        raw = evaluate_policy(args.policy, args.env, split=args.split, num_tasks=args.limit, env_kwargs=env_kwargs)
+        # Same key style as the agent table (percentages for rates).
+        names = {"f1": "F1", "match": "Match", "search_recall": "SRecall", "search_turns": "turns"}
+        result = {names.get(k, k): (100.0 * v if k in ("f1", "match", "search_recall") else v)
+                  for k, v in raw.items()}
+        result["invalid"] = 100.0 * raw.get("invalid_rate", 0.0)
+        result["n"] = raw.get("num_tasks")
         who = f"policy={args.policy}"
-    keys = [k for k in ("F1", "P", "R", "Match", "SRecall", "turns", "invalid") if k in result]
+    keys = [k for k in ("reward", "F1", "P", "R", "Match", "SRecall", "turns", "invalid") if k in result]
     print_table(f"{args.env}: {who}", result, keys)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
