@@ -51,7 +51,7 @@ def run_one(name: str, budget_s: float, eval_tasks: int, model: str, out_dir: Pa
         evals = json.loads(eval_path.read_text())  # a finished run of an earlier invocation
         rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
         summary = {"eval": evals, "steps": len(rows), "train_seconds": sum(r["step_s"] for r in rows)}
-        return _result(name, budget_s, summary)
+        return _result(name, None, summary)  # budget of that earlier invocation unknown; steps say it
     cfg = load_config(Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml")
     for section in ("env", "reward", "sampling"):  # replace, not merge: env kwargs differ per env
         cfg[section] = OmegaConf.merge(load_config(None)[section], RUNS[name][section])
@@ -67,12 +67,17 @@ def run_one(name: str, budget_s: float, eval_tasks: int, model: str, out_dir: Pa
     return _result(name, budget_s, summary)
 
 
-def _result(name: str, budget_s: float, summary: dict) -> dict:
+def _result(name: str, budget_s: float | None, summary: dict) -> dict:
+    """One run's record; ``stderr`` is the standard error of the gain, sqrt(se_before² + se_after²)."""
     before, after = summary["eval"]["before"], summary["eval"]["after"]
+    gain = after["reward"] - before["reward"]
+    stderr = (before["reward_se"] ** 2 + after["reward_se"] ** 2) ** 0.5
     return {
         "env_id": RUNS[name]["env"]["id"], "reward_scheme": RUNS[name]["reward"]["name"], "budget_s": budget_s,
-        "steps": summary["steps"], "train_seconds": summary["train_seconds"], "eval_tasks": before["num_tasks"],
-        "before": before, "after": after, "delta": after["reward"] - before["reward"],
+        "steps": summary["steps"], "train_seconds": summary["train_seconds"],
+        "wall_seconds": summary["train_seconds"] + before.get("seconds", 0.0) + after.get("seconds", 0.0),
+        "eval_tasks": before["num_tasks"], "before": before, "after": after,
+        "gain": gain, "stderr": stderr, "gain_exceeds_2se": bool(gain > 2 * stderr),
     }
 
 
@@ -86,19 +91,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse", action="store_true", help="take finished runs (eval.json with before/after) from --out")
     args = ap.parse_args(argv)
     out_dir = Path(args.out or tempfile.mkdtemp(prefix="toolgym_learning_"))
-    results = {name: run_one(name, args.budget_min * 60, args.eval_tasks, args.model, out_dir, args.reuse) for name in args.runs}
+    results_path = Path(__file__).resolve().parent / "results" / "learning.json"
+    # Runs not asked for this time keep their recorded results, so one run can be redone alone.
+    results = json.loads(results_path.read_text()).get("results", {}) if results_path.exists() else {}
+    results = {name: r for name, r in results.items() if name in RUNS and "gain" in r}
+    for name in args.runs:
+        results[name] = run_one(name, args.budget_min * 60, args.eval_tasks, args.model, out_dir, args.reuse)
     rows = []
     for name, r in results.items():
         b, a = r["before"], r["after"]
         rows.append([r["env_id"], r["reward_scheme"], r["steps"], f"{r['train_seconds'] / 60:.1f}", r["eval_tasks"],
                      f"{b['reward']:.3f} ± {b['reward_se']:.3f}", f"{a['reward']:.3f} ± {a['reward_se']:.3f}",
-                     f"{r['delta']:+.3f}"])
+                     f"{r['gain']:+.3f} ± {r['stderr']:.3f}", "yes" if r["gain_exceeds_2se"] else "no"])
     body = (
         f"Model `{args.model}` + LoRA (r=16), GRPO on CPU for a fixed time budget; greedy evaluation on "
         "held-out Seal-Tools requests before and after (mean episode reward ± standard error).\n\n"
-        + markdown_table(["env", "reward", "steps", "train min", "eval tasks", "before", "after", "Δ"], rows)
+        + markdown_table(["env", "reward", "steps", "train min", "eval tasks", "before", "after", "gain ± se",
+                          "gain > 2 se"], rows)
     )
-    write_report("learning", {"model": args.model, "budget_min": args.budget_min, "results": results},
+    write_report("learning", {"model": args.model, "results": results},
                  "Learning: held-out reward before vs after CPU GRPO", body)
     print(json.dumps({k: {"before": v["before"]["reward"], "after": v["after"]["reward"], "steps": v["steps"]}
                       for k, v in results.items()}, indent=2))
