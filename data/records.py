@@ -28,6 +28,15 @@ class Task:
         if self.subtasks is not None:
             object.__setattr__(self, "subtasks", tuple(self.subtasks))
 
+    def context_text(self) -> str:
+        """``x = (history, query)`` as one retrieval query: every earlier turn's text, then the request.
+
+        The one definition of "the raw request" shared by ``toolgym eval``, ``DecompositionEnv``
+        and the counterfactual reward, so they retrieve with exactly the same words.
+        """
+        parts = [str(m.get("content", "")) for m in self.messages if m.get("content")]
+        return " ".join(" ".join(parts + [self.query]).split())
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["gold"] = sorted(self.gold)

@@ -4,7 +4,7 @@ Importing this package registers ``toolgym/ToolSearch-v0``, ``toolgym/Decompose-
 id of each per bundled benchmark (``toolgym envs`` lists them). See docs/envs.md.
 """
 from toolgym.envs.curriculum import CategoryCurriculum
-from toolgym.envs.decomposition import DecompositionEnv, parse_subtasks, raw_context
+from toolgym.envs.decomposition import DecompositionEnv, parse_subtasks
 from toolgym.envs.protocol import (
     CATEGORY_MODES,
     PROTOCOLS,
@@ -55,7 +55,6 @@ __all__ = [
     "make_tool_search_vector_env",
     "parse_action",
     "parse_subtasks",
-    "raw_context",
     "register_dataset",
     "register_tool_search_env",
     "registered_ids",

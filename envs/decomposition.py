@@ -51,12 +51,6 @@ def parse_subtasks(text: Any) -> list[str]:
     return out
 
 
-def raw_context(task: Task) -> str:
-    """``x = (history, query)`` as one retrieval query: earlier turns' text, then the request."""
-    parts = [str(m.get("content", "")) for m in task.messages if m.get("content")]
-    return " ".join(" ".join(parts + [task.query]).split())
-
-
 class DecompositionEnv(gymnasium.Env[str, str]):
     """One-step decomposition over ``corpus`` for ``tasks``.
 
@@ -146,7 +140,7 @@ class DecompositionEnv(gymnasium.Env[str, str]):
         all_subtasks = parse_subtasks(action)
         subtasks = all_subtasks[: self.max_subtasks]
         # One batch: the raw context first, then every subtask.
-        results = self.index.search_batch([raw_context(task)] + subtasks, None, self.k)
+        results = self.index.search_batch([task.context_text()] + subtasks, None, self.k)
         raw = list(results[0].ids)
         rankings = [list(r.ids) for r in results[1:]]
         scores = [list(r.scores) for r in results[1:]]

@@ -20,7 +20,6 @@ from toolgym.rewards.preference import (
     LLMJudgeScorer,
     PreferenceScorer,
     ReferenceAgreementScorer,
-    context_text,
     preference_reward,
 )
 
@@ -38,7 +37,7 @@ def _split_scored(ranked: Sequence[Any]) -> tuple[list[str], list[float] | None]
 class Counterfactual:
     """R_cf per rollout, via :func:`toolgym.retrieval.metrics.counterfactual_decomposition_reward`.
 
-    The raw context x (:func:`~toolgym.rewards.preference.context_text`) and every subtask
+    The raw context x (:meth:`~toolgym.data.records.Task.context_text`, as in ``DecompositionEnv``) and every subtask
     retrieve top-K in one ``retrieve`` call; subtask lists are fused (``round_robin`` by default,
     ``rrf`` or ``max_score``, which needs retrieve to return (id, score) pairs) and cut to K.
     """
@@ -53,7 +52,7 @@ class Counterfactual:
         fusion: str = "round_robin",
         lambda_ndcg: float = 1.0,
         lambda_full: float = 1.0,
-        raw_text: Callable[[Task], str] = context_text,
+        raw_text: Callable[[Task], str] = Task.context_text,
     ):
         if retrieve is None:
             raise ValueError("the counterfactual reward needs retrieve(queries, k) -> ranked id lists")

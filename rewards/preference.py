@@ -49,7 +49,9 @@ def joint_decomposition_reward(r_pref: np.ndarray, r_cf: np.ndarray, alpha: floa
 
 
 def context_text(task: Task) -> str:
-    """x = (history, query) as one text: every prior message's content, then the query."""
+    """x = (history, query) for a reader (judge, reward model): one message per line, then the query.
+
+    Retrieval uses :meth:`Task.context_text` (one line) instead."""
     parts = [str(m.get("content", "")).strip() for m in task.messages]
     return "\n".join([p for p in parts if p] + [task.query.strip()])
 

@@ -10,7 +10,7 @@ from gymnasium.utils.env_checker import check_env
 
 import toolgym.envs  # noqa: F401
 from toolgym.data.records import Task
-from toolgym.envs import DecompositionEnv, parse_subtasks, raw_context
+from toolgym.envs import DecompositionEnv, parse_subtasks
 from toolgym.retrieval.corpus import Tool, ToolCorpus
 
 # BM25 on this library ranks: "alpha and beta please" -> [combo, alpha]; "alpha" -> [alpha, combo];
@@ -46,7 +46,7 @@ def test_parse_subtasks():
 
 
 def test_raw_context_joins_history_and_query():
-    assert raw_context(TASKS[2]) == "look up alpha done and the other one"
+    assert TASKS[2].context_text() == "look up alpha done and the other one"
 
 
 def test_counterfactual_reward_by_hand(env):

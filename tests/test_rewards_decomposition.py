@@ -41,7 +41,7 @@ def table_retrieve(table: dict[str, list]):
 TASK = Task(id="d1", query="then book a taxi there", gold=frozenset({"a", "b"}),
             messages=({"role": "user", "content": "find an airport"},),
             subtasks=("find an airport", "book a taxi to the airport"))
-RAW = "find an airport\nthen book a taxi there"
+RAW = "find an airport then book a taxi there"  # Task.context_text: the same query DecompositionEnv uses
 
 
 def rollout(subtasks: list[str]) -> Trajectory:
@@ -309,3 +309,24 @@ def test_magicselector_scheme_is_grpo_of_the_joint_reward():
     assert credit.turn_advantages is None
     assert credit.components["monitors/duplicate_subtask_rate"] == pytest.approx(1 / 5)
     assert {"preference/r_pref", "counterfactual/r_cf", "counterfactual/zero_var", "outcome/zero_var"} <= set(credit.components)
+
+
+@pytest.mark.parametrize("fusion", ["round_robin", "rrf", "max_score"])
+def test_env_reward_equals_the_reward_module_on_the_same_rollout(fusion):
+    """DecompositionEnv and the counterfactual module retrieve the same raw context: same R_cf."""
+    import gymnasium as gym
+
+    import toolgym.envs  # noqa: F401  (registers the ids)
+    from toolgym.trainers.train_cmd import make_retrieve
+
+    env = gym.make("toolgym/Decompose-v0", fusion=fusion)
+    module = get_reward("counterfactual", retrieve=make_retrieve(env), fusion=fusion, k=10)
+    for seed in range(3):
+        _, info = env.reset(seed=seed)
+        task = env.unwrapped.tasks[[t.id for t in env.unwrapped.tasks].index(info["task_id"])]
+        words = task.query.split()
+        action = "\n".join([" ".join(words[: len(words) // 2]), " ".join(words[len(words) // 2:])])
+        _, env_reward, *_, step_info = env.step(action)
+        credit = module.score_group([step_info["trajectory"]], task)
+        assert credit.rewards[0] == pytest.approx(env_reward)
+    env.close()

@@ -72,12 +72,6 @@ def load_eval_data(args: argparse.Namespace) -> tuple[str, ToolCorpus, list[Task
     return name, corpus, tasks
 
 
-def request_text(task: Task) -> str:
-    """The text retrieved with for a task: earlier user turns, then the current query."""
-    history = [m["content"] for m in task.messages if m.get("role") == "user" and m.get("content")]
-    return " ".join(history + [task.query]) if history else task.query
-
-
 def parse_ks(text: str) -> list[int]:
     try:
         ks = sorted({int(x) for x in text.split(",") if x.strip()})
@@ -99,7 +93,7 @@ def rank_tasks(
     from toolgym.retrieval.decompose import split_into_clauses
     from toolgym.retrieval.fusion import fuse_round_robin
 
-    texts = [request_text(t) for t in tasks]
+    texts = [t.context_text() for t in tasks]
     queries_per_task = [split_into_clauses(x) if decompose == "clauses" else [x] for x in texts]
     flat = [q for qs in queries_per_task for q in qs]
     results = index.search_batch(flat, k=depth)

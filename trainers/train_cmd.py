@@ -112,11 +112,14 @@ def env_tasks(env: Any) -> list[Any]:
 
 
 def make_retrieve(env: Any) -> Any:
-    """``retrieve(queries, k) -> ranked id lists`` over the env's own index (counterfactual rewards)."""
+    """``retrieve(queries, k) -> ranked (id, score) lists`` over the env's own index.
+
+    Scores ride along so the counterfactual reward's ``max_score`` fusion works too.
+    """
     index = env.unwrapped.index
 
-    def retrieve(queries: Sequence[str], k: int) -> list[list[str]]:
-        return [list(r.ids) for r in index.search_batch(list(queries), None, k)]
+    def retrieve(queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
+        return [list(zip(r.ids, r.scores)) for r in index.search_batch(list(queries), None, k)]
 
     return retrieve
 
