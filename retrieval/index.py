@@ -279,8 +279,12 @@ class ToolIndex:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self._encoder_dim()), dtype=np.float32)
-        vecs = self._get_encoder().encode(
-            texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        encoder = self._get_encoder()
+        # On CPU small batches encode fastest (measured on 64 Seal-Tools requests, 2 cores:
+        # 37 ms/query at batch 64, 19 at 8, 27 one by one); a GPU wants large batches.
+        batch_size = 64 if str(encoder.device).startswith("cuda") else 8
+        vecs = encoder.encode(
+            texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
