@@ -2,19 +2,8 @@
 import numpy as np
 import pytest
 
-from toolgym.data import load_dataset
-from toolgym.retrieval import SearchResult, build_index
+from toolgym.retrieval import SearchResult
 from toolgym.retrieval.rerank import CrossEncoderReranker
-
-
-@pytest.fixture(scope="module")
-def seal():
-    return load_dataset("seal_tools")
-
-
-@pytest.fixture(scope="module")
-def bm25(seal):
-    return build_index(seal.corpus, "bm25")
 
 
 @pytest.fixture(scope="module")

@@ -2,20 +2,9 @@
 import numpy as np
 import pytest
 
-from toolgym.data import load_dataset
 from toolgym.retrieval import SearchResult, Tool, ToolCorpus, build_index
 from toolgym.retrieval.fusion import fuse_rrf
 from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
-
-
-@pytest.fixture(scope="module")
-def seal():
-    return load_dataset("seal_tools")
-
-
-@pytest.fixture(scope="module")
-def bm25(seal):
-    return build_index(seal.corpus, "bm25")
 
 
 @pytest.fixture(scope="module")
