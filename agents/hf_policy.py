@@ -133,6 +133,14 @@ class Generation:
     finish_reason: str  # "stop" (tool-call end or end-of-turn token) or "length"
 
 
+def strict_dataclass(cls: type, d: dict[str, Any], what: str) -> Any:
+    """``cls(**d)``, but an unknown key is a ``ValueError`` naming it (config typos fail loudly)."""
+    unknown = set(d) - set(cls.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"unknown {what} settings: {sorted(unknown)}")
+    return cls(**d)
+
+
 @dataclass
 class SamplingConfig:
     """Sampling settings; ``temperature <= 0`` means greedy decoding."""
@@ -148,10 +156,7 @@ class SamplingConfig:
         d = dict(d or {})
         if "stop_strings" in d:
             d["stop_strings"] = tuple(d["stop_strings"])
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown sampling settings: {sorted(unknown)}")
-        return cls(**d)
+        return strict_dataclass(cls, d, "sampling")
 
 
 @dataclass

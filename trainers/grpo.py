@@ -23,6 +23,8 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
+from toolgym.agents.hf_policy import strict_dataclass
+
 
 @dataclass
 class GRPOConfig:
@@ -42,11 +44,7 @@ class GRPOConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "GRPOConfig":
-        d = dict(d or {})
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown GRPO settings: {sorted(unknown)}")
-        return cls(**d)
+        return strict_dataclass(cls, dict(d or {}), "GRPO")
 
 
 @dataclass
