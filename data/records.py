@@ -103,6 +103,7 @@ class Trajectory:
     token_ids: list[int] | None = None
     loss_mask: list[int] | None = None
     turn_spans: list[tuple[int, int]] | None = None
+    env_reward: float | None = None  # the env's own episode return (e.g. DecompositionEnv's R_cf), if it sets one
 
     @property
     def seen(self) -> set[str]:
@@ -132,6 +133,7 @@ class Trajectory:
             token_ids=d.get("token_ids"),
             loss_mask=d.get("loss_mask"),
             turn_spans=[tuple(s) for s in d["turn_spans"]] if d.get("turn_spans") is not None else None,
+            env_reward=float(d["env_reward"]) if d.get("env_reward") is not None else None,
         )
 
 
