@@ -37,6 +37,20 @@ class Task:
         parts = [str(m.get("content", "")) for m in self.messages if m.get("content")]
         return " ".join(" ".join(parts + [self.query]).split())
 
+    def dialogue_text(self, request_label: str = "User request") -> str:
+        """``x = (history, query)`` for a reader (the policy's prompt, a judge, a reward model).
+
+        The prior turns one per line as ``role: content`` under "Conversation so far:", then the
+        request. Retrieval uses :meth:`context_text` (one line, no labels) instead.
+        """
+        lines = []
+        if self.messages:
+            lines.append("Conversation so far:")
+            lines += [f"{m.get('role', 'user')}: {m.get('content', '')}" for m in self.messages]
+            lines.append("")
+        lines.append(f"{request_label}: {self.query}")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["gold"] = sorted(self.gold)

@@ -59,13 +59,7 @@ FINAL_REWARDS: dict[str, Callable[[Trajectory, Task], float]] = {
 
 def format_context(task: Task) -> str:
     """The prior dialogue and the current request as plain text (for text-only policies)."""
-    lines = []
-    if task.messages:
-        lines.append("Conversation so far:")
-        lines += [f"{m.get('role', 'user')}: {m.get('content', '')}" for m in task.messages]
-        lines.append("")
-    lines.append(f"User request: {task.query}")
-    return "\n".join(lines)
+    return task.dialogue_text()
 
 
 def check_tasks(corpus: ToolCorpus, tasks: Sequence[Task]) -> list[Task]:
