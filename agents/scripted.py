@@ -13,7 +13,6 @@ with text in the environment's protocol (``info["protocol"]``). The baselines:
 """
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -21,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from toolgym.data.records import Task
+from toolgym.envs.protocol import Search, Submit, render_call
 from toolgym.retrieval.corpus import ToolCorpus
 
 
@@ -35,21 +35,12 @@ class Agent(Protocol):
 
 def format_search(query: str, category: str | None = None, protocol: str = "hermes") -> str:
     """A ``search`` call in ``protocol`` (``hermes`` function call or ``search_r1`` tag)."""
-    if protocol == "search_r1":
-        attribute = f' category="{category}"' if category else ""
-        return f"<search{attribute}>{query}</search>"
-    args: dict[str, Any] = {"query": query}
-    if category:
-        args["category"] = category
-    return "<tool_call>" + json.dumps({"name": "search", "arguments": args}, ensure_ascii=False) + "</tool_call>"
+    return render_call(Search(query, category or None), protocol)
 
 
 def format_submit(tool_ids: Iterable[str], protocol: str = "hermes") -> str:
     """A ``submit`` call in ``protocol``."""
-    ids = list(tool_ids)
-    if protocol == "search_r1":
-        return "<answer>" + ", ".join(ids) + "</answer>"
-    return "<tool_call>" + json.dumps({"name": "submit", "arguments": {"tools": ids}}, ensure_ascii=False) + "</tool_call>"
+    return render_call(Submit(tuple(tool_ids)), protocol)
 
 
 def _words(text: str) -> list[str]:

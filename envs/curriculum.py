@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from toolgym.envs.protocol import CATEGORY_MODES
+from toolgym.envs.actions import CATEGORY_MODES
 
 
 @dataclass(frozen=True)

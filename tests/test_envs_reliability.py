@@ -102,7 +102,13 @@ MALFORMED = [
     (H, "optional", "<search>thing</search>", "not <search>/<answer>"),
     (H, "optional", "<answer>tool1</answer>", "not <search>/<answer>"),
     (H, "optional", "```json\n{bad}\n```", "not valid JSON"),
-    (H, "optional", tc("[" * 100_000 + "]" * 100_000), "nested too deeply"),
+    (H, "optional", tc("[" * 16_000 + "]" * 16_000), "nested too deeply"),  # deep, and still under the cap
+    (H, "optional", tc("[" * 100_000 + "]" * 100_000), "the limit is 32,768"),
+    (R1, "optional", "<search>" + "x " * 20_000 + "</search>", "the limit is 32,768"),
+    # integers over Python's 4,300-digit conversion limit (json.loads raises a bare ValueError)
+    (H, "optional", tc('{"name": "search", "arguments": {"query": ' + "9" * 5000 + "}}"), "not valid JSON"),
+    (H, "optional", tc({"name": "search", "arguments": '{"query": ' + "9" * 5000 + "}"}), "string that is not JSON"),
+    (H, "optional", tc({"name": "submit", "arguments": {"tools": "[" + "9" * 5000 + "]"}}), "must be a list"),
     (H, "optional", "thing\x00" + search(query="x"), "NUL"),
     (H, "optional", None, "must be text"),
     (H, "optional", b'{"name": "search"}', "must be text"),

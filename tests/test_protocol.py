@@ -181,7 +181,8 @@ def test_render_cuts_descriptions_to_the_shared_budget_in_words():
 def test_render_search_r1_and_errors():
     text = render_results(list(CORPUS)[:2], query="rain", protocol="search_r1")
     assert text.startswith("<information>Doc 1 (id: getWeather") and text.endswith("</information>")
-    assert render_results([], query="rain", category="Weather").startswith('No tools found for "rain" in category "Weather"')
+    assert render_results([], query="rain", category="Weather") == (
+        'No tool matched "rain" in category "Weather"; try other words or another category.')
     assert render_error("bad", "hermes").startswith("Error: bad.")
 
 
@@ -231,3 +232,101 @@ def test_render_counts_the_budget_with_the_policy_hf_tokenizer():
     kept = [line.split("description: ", 1)[1] for line in obs.splitlines() if "description: " in line]
     assert any(k.endswith("…") for k in kept)
     assert sum(counter.count(k.removesuffix("…").strip()) for k in kept) <= 10
+
+
+# -- hostile input: linear time, bounded output ------------------------------------------------
+CAP = 32_768
+HOSTILE = {
+    # the old fence regex was cubic here: 2,000 spaces took 16 s (SmolLM2 has a 64-space token)
+    "fence of spaces": "```json" + " " * (CAP - 10) + "x",
+    "fence of spaces, half closed": "```json" + " " * (CAP - 10) + "``",
+    "fence of spaces, closed": "```json" + " " * (CAP - 20) + "x```",
+    "unclosed tool_call tags": "<tool_call>" * (CAP // 11),
+    "unclosed think tags": "<think>" * (CAP // 7),
+    "think then unclosed tool_call": "<think>a</think><tool_call>" * (CAP // 27),
+    "unclosed search tags": "<search>" * (CAP // 8),
+    "unclosed answer tags": "<answer>" * (CAP // 8),
+    "unclosed category quotes": '<search category="' * (CAP // 18),
+    "spaces inside a tag": ("<search" + " " * 200) * (CAP // 210),
+    "many close tags": "</search>" * (CAP // 9),
+    "deep nesting": "<tool_call>" + "[" * 16_000 + "]" * 16_000 + "</tool_call>",
+    "unclosed nesting": "<tool_call>" + '{"a":' * (CAP // 6) + "</tool_call>",
+    "huge integer": '<tool_call>{"name": "search", "arguments": {"query": ' + "9" * 30_000 + "}}</tool_call>",
+    "many keys": "<tool_call>" + json.dumps({"name": "search", **{f"k{i}": 0 for i in range(2500)}}) + "</tool_call>",
+    "repeated id in answer": "<answer>" + ", getWeather" * 2700 + "</answer>",
+    "repeated comma pieces": "<answer>" + "YT::Trending (music" + ", gaming" * 4000 + "</answer>",
+    "over the cap": "<search>" + "a" * 10 * CAP + "</search>",
+    "over the cap, unclosed tags": "<search><tool_call><think>" * (4 * CAP // 26),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+@pytest.mark.parametrize("protocol", ["hermes", "search_r1"])
+def test_hostile_turns_parse_fast_and_give_bounded_errors(name, protocol):
+    import time
+
+    from toolgym.envs.protocol import MAX_REASON_CHARS
+
+    text = HOSTILE[name]
+    start = time.perf_counter()
+    action = check_action(parse_action(text, protocol), CORPUS, "optional")
+    elapsed = time.perf_counter() - start
+    assert elapsed < 2.0, f"{name}: {elapsed:.1f}s (a hang detector, not a benchmark)"
+    if isinstance(action, Invalid):
+        assert len(action.reason) <= MAX_REASON_CHARS and "\x00" not in action.reason
+        assert len(render_error(action.reason, protocol)) < MAX_REASON_CHARS + 200
+
+
+def test_repeated_answer_id_resolves_to_one_tool():
+    action = check_action(parse_action(HOSTILE["repeated id in answer"], "search_r1"), CORPUS)
+    assert action == Submit(("getWeather",))
+
+
+def test_unexpected_keys_are_listed_briefly():
+    action = parse_action(HOSTILE["many keys"])
+    assert isinstance(action, Invalid) and "unexpected key(s) ['k0', 'k1'" in action.reason
+    assert "and 2495 more" in action.reason and len(action.reason) < 300
+
+
+# -- render_call: the inverse of parse_action ---------------------------------------------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from toolgym.envs.protocol import render_call  # noqa: E402
+
+_words = st.text(min_size=1, max_size=40).map(lambda s: " ".join(s.split())).filter(bool)
+_ids = st.text(min_size=1, max_size=30).filter(lambda s: s.strip() and "\x00" not in s)
+_searches = st.builds(Search, _words, st.none() | _words)
+_submits = st.lists(_ids, min_size=1, max_size=8, unique=True).map(lambda ids: Submit(tuple(ids)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(action=st.one_of(_searches, _submits))
+def test_render_call_round_trips_hermes(action):
+    assert parse_action(render_call(action, "hermes"), "hermes") == action
+
+
+@settings(max_examples=300, deadline=None)
+@given(action=st.one_of(_searches, _submits))
+def test_render_call_round_trips_search_r1(action):
+    try:
+        text = render_call(action, "search_r1")
+    except ValueError as exc:  # the tag format has no escapes: only tag-like text is refused
+        assert "cannot be written" in str(exc)
+        return
+    parsed = parse_action(text, "search_r1")
+    assert parsed == action
+    if isinstance(parsed, Submit) and parsed.answer is not None:  # ids with commas re-split against a corpus
+        assert tuple(parsed.answer.split(", ")) == action.tool_ids
+
+
+def test_render_call_forms():
+    assert render_call(Search("rain", "Weather")) == (
+        '<tool_call>{"name": "search", "arguments": {"query": "rain", "category": "Weather"}}</tool_call>')
+    assert render_call(Search("a <b>"), "hermes").count("<") == 2  # only the call's own tags
+    assert render_call(Search("rain", "Weather"), "search_r1") == '<search category="Weather">rain</search>'
+    assert render_call(Submit(("a", "b")), "search_r1") == "<answer>a, b</answer>"
+    assert render_call(Submit(("a, b", "c")), "search_r1") == '<answer>["a, b", "c"]</answer>'
+    with pytest.raises(ValueError, match="cannot be written"):
+        render_call(Search("x </search> y"), "search_r1")
+    with pytest.raises(ValueError):
+        render_call(Invalid("no"))
