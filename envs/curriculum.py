@@ -6,13 +6,16 @@ ToolSearcher trains the first 30% of its run with every search confined to one c
 environment given one picks each episode's category mode from it and reports the phase in
 ``info["curriculum_phase"]``.
 
-Progress is, in order of preference, ``options["progress"]`` passed to ``reset`` (a trainer
-that knows its global step should pass it: that keeps every worker in the same phase), or the
-environment's own episode count divided by ``total_episodes``.
+Progress is, in order of preference, ``options["progress"]`` passed to ``reset`` (training
+step / total steps: the trainer passes it, which keeps every worker in the same phase and
+survives a resume), or the environment's own episode count divided by ``total_episodes`` (a
+fallback for runs without a trainer; it restarts with the process).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any
 
 from toolgym.envs.actions import CATEGORY_MODES
@@ -57,3 +60,13 @@ class CategoryCurriculum:
         if not 0.0 <= progress <= 1.0 + 1e-9:
             raise ValueError(f"progress must be in [0, 1], got {progress}")
         return self.constrained_mode if progress < self.required_fraction else self.after_mode
+
+
+def check_progress(value: Any) -> float:
+    """``value`` as a float in [0, 1] (training step / total steps), else a ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ValueError(f"options['progress'] must be a number in [0, 1] (training step / total steps), got {type(value).__name__}")
+    value = float(value)
+    if math.isnan(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"options['progress'] must be in [0, 1] (training step / total steps), got {value}")
+    return value

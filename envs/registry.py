@@ -14,7 +14,7 @@ import gymnasium
 
 from toolgym.data.records import Task
 from toolgym.envs.decomposition import DecompositionEnv
-from toolgym.envs.resources import register_dataset, shared_dataset
+from toolgym.envs.resources import dataset_unavailable_reason, load_shared_dataset, register_dataset
 from toolgym.envs.tool_search import ToolSearchEnv
 from toolgym.envs.vector import BatchedToolSearchVectorEnv
 from toolgym.retrieval.corpus import ToolCorpus
@@ -33,7 +33,7 @@ BENCHMARKS: dict[str, tuple[str, int | None]] = {
 
 
 def _tasks(dataset: str, split: str | None, min_gold: int, max_tasks: int | None) -> tuple[ToolCorpus, list[Task]]:
-    corpus, tasks = shared_dataset(dataset, split)
+    corpus, tasks = load_shared_dataset(dataset, split)  # missing files: one line saying where data goes
     if min_gold > 1:
         tasks = [t for t in tasks if len(t.gold) >= min_gold]
     if max_tasks is not None:
@@ -132,6 +132,12 @@ def register_all() -> list[str]:
 def registered_ids() -> list[str]:
     """Every registered toolgym id (built-in and yours), sorted."""
     return sorted(i for i in gymnasium.registry if i.startswith(f"{NAMESPACE}/") or _is_ours(i))
+
+
+def unavailable_reason(env_id: str) -> str | None:
+    """``None`` if ``gymnasium.make(env_id)`` finds its data here, else why not (one line)."""
+    dataset = gymnasium.spec(env_id).kwargs.get("dataset")
+    return dataset_unavailable_reason(dataset) if isinstance(dataset, str) else None
 
 
 def _is_ours(env_id: str) -> bool:

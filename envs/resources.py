@@ -70,6 +70,49 @@ def shared_dataset(name: str, split: str | None = None) -> tuple[ToolCorpus, lis
         return corpus, tasks
 
 
+class DatasetUnavailableError(FileNotFoundError):
+    """A registered dataset whose files are not on this machine (e.g. UltraTool without ../shared)."""
+
+
+def _where_to_put_data(name: str, exc: BaseException) -> str:
+    from toolgym.data import shared_data_dir
+
+    return (f"dataset {name!r} is not available ({exc}): put the shared data folder at $TOOLGYM_SHARED_DATA "
+            f"or <repo>/../shared/data (now looking in {shared_data_dir()})")
+
+
+def load_shared_dataset(name: str, split: str | None = None) -> tuple[ToolCorpus, list[Task]]:
+    """:func:`shared_dataset`, but missing files raise :class:`DatasetUnavailableError` with one
+    line saying where the data goes."""
+    try:
+        return shared_dataset(name, split)
+    except DatasetUnavailableError:
+        raise
+    except FileNotFoundError as exc:
+        raise DatasetUnavailableError(_where_to_put_data(name, exc)) from None
+
+
+def dataset_unavailable_reason(name: str) -> str | None:
+    """``None`` if dataset ``name`` can be loaded here, else the one-line reason (where the data
+    goes). Bundled and registered datasets are checked without loading; a dataset read from
+    the raw benchmark files is loaded once (and cached), the only exact check."""
+    with _LOCK:
+        if name in _CUSTOM or any(key[0] == name for key in _DATASETS):
+            return None
+    from toolgym.data.loaders import bundled_paths
+
+    try:
+        if all(path.exists() for path in bundled_paths(name)):
+            return None
+    except ValueError as exc:  # not a dataset name at all
+        return str(exc)
+    try:
+        load_shared_dataset(name)
+    except DatasetUnavailableError as exc:
+        return str(exc)
+    return None
+
+
 def clear_caches() -> None:
     """Drop every cached index and dataset (tests; after editing data on disk)."""
     with _LOCK:

@@ -19,7 +19,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from toolgym.envs.protocol import Search
+from toolgym.envs.actions import Search
 from toolgym.envs.tool_search import ToolSearchEnv
 
 
@@ -55,11 +55,13 @@ class BatchedToolSearchVectorEnv(VectorEnv):
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[tuple[str, ...], dict[str, Any]]:
         options = dict(options or {})
-        mask = options.pop("reset_mask", None)
-        mask = np.ones(self.num_envs, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+        mask = self._reset_mask(options.pop("reset_mask", None))
         tasks = options.pop("tasks", None)
-        if tasks is not None and len(tasks) != self.num_envs:
-            raise ValueError(f"options['tasks'] needs one task per sub-env ({self.num_envs}), got {len(tasks)}")
+        if tasks is not None:
+            if isinstance(tasks, (str, bytes, dict)) or not hasattr(tasks, "__len__"):
+                raise ValueError(f"options['tasks'] must be a list with one task per sub-env, got {type(tasks).__name__}")
+            if len(tasks) != self.num_envs:
+                raise ValueError(f"options['tasks'] needs one task per sub-env ({self.num_envs}), got {len(tasks)}")
         if seed is None or isinstance(seed, (int, np.integer)):
             seeds = [None if seed is None else int(seed) + i for i in range(self.num_envs)]
         else:
@@ -79,6 +81,8 @@ class BatchedToolSearchVectorEnv(VectorEnv):
         return tuple(self._obs), infos
 
     def step(self, actions: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        if isinstance(actions, (str, bytes)):
+            raise ValueError(f"step takes one action per sub-env ({self.num_envs}), not a single {type(actions).__name__}")
         actions = list(actions)
         if len(actions) != self.num_envs:
             raise ValueError(f"need {self.num_envs} actions, got {len(actions)}")
@@ -114,6 +118,17 @@ class BatchedToolSearchVectorEnv(VectorEnv):
                 self._autoreset[i] = terminations[i] or truncations[i]
             infos = self._add_info(infos, info, i)
         return tuple(self._obs), rewards, terminations, truncations, infos
+
+    def _reset_mask(self, mask: Any) -> np.ndarray:
+        """``options["reset_mask"]`` as a bool array of one entry per sub-env (all when absent)."""
+        if mask is None:
+            return np.ones(self.num_envs, dtype=bool)
+        if isinstance(mask, (str, bytes)):
+            raise ValueError(f"options['reset_mask'] must be {self.num_envs} booleans, got a {type(mask).__name__}")
+        array = np.asarray(mask)
+        if array.shape != (self.num_envs,) or array.dtype.kind not in "bi":
+            raise ValueError(f"options['reset_mask'] must be {self.num_envs} booleans (one per sub-env), got shape {array.shape} of {array.dtype}")
+        return array.astype(bool)
 
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:
