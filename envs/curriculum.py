@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-from toolgym.envs.actions import CATEGORY_MODES
+from toolgym.envs.actions import CATEGORY_MODES, CategoryMode
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,8 @@ class CategoryCurriculum:
 
     total_episodes: int | None = None
     required_fraction: float = 0.3
-    constrained_mode: str = "required"
-    after_mode: str = "off"
+    constrained_mode: CategoryMode = "required"
+    after_mode: CategoryMode = "off"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.required_fraction <= 1.0:
@@ -55,7 +55,7 @@ class CategoryCurriculum:
             )
         return min(episode / self.total_episodes, 1.0)
 
-    def mode_at(self, progress: float) -> str:
+    def mode_at(self, progress: float) -> CategoryMode:
         """The category mode for training progress ``progress`` in [0, 1]."""
         if not 0.0 <= progress <= 1.0 + 1e-9:
             raise ValueError(f"progress must be in [0, 1], got {progress}")

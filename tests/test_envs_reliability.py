@@ -194,3 +194,24 @@ def test_fuzz_never_raises(actions, protocol, mode):
         if terminated or truncated:
             assert info["trajectory"].invalid_actions == invalid
             break
+
+
+HOSTILE_TURNS = [
+    tc({"name": "search", **{f"key{i}": i for i in range(2000)}}),  # once echoed every key: 1.1 MB
+    search(query="x", **{f"arg{i}": i for i in range(2000)}),
+    submit(tools=["tool1"], **{"k" * 5000: 1}),
+    tc({"name": "n" * 20_000, "arguments": {}}),
+    submit(tools=["x" * 30_000]),
+    "<search>" * 4000,
+    "z" * 1_000_000,
+    "\ud800" * 100,
+]
+
+
+@pytest.mark.parametrize("protocol", [H, R1])
+@pytest.mark.parametrize("action", HOSTILE_TURNS, ids=[f"{i:02d}" for i in range(len(HOSTILE_TURNS))])
+def test_error_observations_are_bounded_and_in_the_observation_space(action, protocol):
+    env = ToolSearchEnv(CORPUS, TASKS, protocol=protocol, category_mode="optional")
+    env.reset(seed=0)
+    obs, _, _, _, info = env.step(action)
+    assert info["invalid"] and len(obs) < 1000 and env.observation_space.contains(obs)
