@@ -14,10 +14,8 @@ from typing import Any
 
 from toolgym.data.records import SearchEvent, Task, Trajectory
 from toolgym.envs.actions import (
-    ACTION_MAX_CHARS,
     DEFAULT_MAX_QUERY_TOKENS,
     DEFAULT_TOKEN_BUDGET,
-    OBS_MAX_CHARS,
     Action,
     CategoryMode,
     Invalid,

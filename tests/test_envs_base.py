@@ -9,10 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gymnasium
 import pytest
 
-import toolgym.envs  # noqa: F401  (registers the ids)
 from toolgym.data.records import Task
 from toolgym.envs import CategoryCurriculum, DecompositionEnv, ToolSearchEnv
 from toolgym.envs.base import ToolEnv

@@ -123,3 +123,20 @@ def test_make_vec_sync_for_decompose():
     assert terminated.tolist() == [True, True] and rewards.shape == (2,)
     assert infos["subtasks"][0] == ["get energy data", "search the museum catalogue"]
     venv.close()
+
+
+@pytest.mark.parametrize("text", [
+    " " * 16_000 + "1" * 16_000 + "x",
+    "<think>" * 4600,
+    ("<br" + " " * 100) * 300,
+    "Step " * 6000 + "x",
+    "1.\n" * 10_000,
+    "alpha\n" * 1_000_000,  # over the cap: only the first 32,768 characters are read
+])
+def test_parse_subtasks_is_fast_and_bounded_on_hostile_text(text):
+    import time
+
+    start = time.perf_counter()
+    subtasks = parse_subtasks(text)
+    assert time.perf_counter() - start < 2.0  # a hang detector, not a benchmark
+    assert sum(len(s) + 1 for s in subtasks) <= 32_768
