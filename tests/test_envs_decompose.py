@@ -139,4 +139,4 @@ def test_parse_subtasks_is_fast_and_bounded_on_hostile_text(text):
     start = time.perf_counter()
     subtasks = parse_subtasks(text)
     assert time.perf_counter() - start < 2.0  # a hang detector, not a benchmark
-    assert sum(len(s) + 1 for s in subtasks) <= 32_768
+    assert sum(len(s) for s in subtasks) + len(subtasks) - 1 <= 32_768  # text and separators
