@@ -8,6 +8,7 @@ from toolgym.envs.actions import (
     DEFAULT_MAX_QUERY_TOKENS,
     MAX_QUERY_CHARS,
     Action,
+    CategoryMode,
     Invalid,
     Search,
     Submit,
@@ -21,7 +22,7 @@ from toolgym.retrieval.corpus import ToolCorpus
 def check_action(
     action: Action,
     corpus: ToolCorpus,
-    category_mode: str = "optional",
+    category_mode: CategoryMode = "optional",
     *,
     max_query_tokens: int = DEFAULT_MAX_QUERY_TOKENS,
     counter: TokenCounter | None = None,

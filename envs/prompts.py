@@ -5,11 +5,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from toolgym.envs.actions import check_category_mode, check_protocol
+from toolgym.envs.actions import CategoryMode, ProtocolName, check_category_mode, check_protocol
 from toolgym.retrieval.corpus import ToolCorpus
 
 
-def search_schema(categories: Sequence[str] = (), category_mode: str = "off", top_k: int = 5) -> dict[str, Any]:
+def search_schema(categories: Sequence[str] = (), category_mode: CategoryMode = "off", top_k: int = 5) -> dict[str, Any]:
     """OpenAI function schema of ``search``; ``category`` is an enum of the corpus's categories
     when category mode is on, and listed in ``required`` in ``required`` mode."""
     check_category_mode(category_mode)
@@ -60,7 +60,7 @@ def submit_schema() -> dict[str, Any]:
     }
 
 
-def tool_schemas(categories: Sequence[str] = (), category_mode: str = "off", top_k: int = 5) -> list[dict[str, Any]]:
+def tool_schemas(categories: Sequence[str] = (), category_mode: CategoryMode = "off", top_k: int = 5) -> list[dict[str, Any]]:
     """``[search_schema(...), submit_schema()]``: the two functions of one episode."""
     return [search_schema(categories, category_mode, top_k), submit_schema()]
 
@@ -68,8 +68,8 @@ def tool_schemas(categories: Sequence[str] = (), category_mode: str = "off", top
 def system_prompt(
     corpus: ToolCorpus,
     *,
-    protocol: str = "hermes",
-    category_mode: str = "off",
+    protocol: ProtocolName = "hermes",
+    category_mode: CategoryMode = "off",
     max_turns: int = 8,
     top_k: int = 5,
 ) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from toolgym.envs.actions import DEFAULT_TOKEN_BUDGET, MAX_REASON_CHARS, clip
+from toolgym.envs.actions import DEFAULT_TOKEN_BUDGET, MAX_REASON_CHARS, ProtocolName, clip
 from toolgym.envs.syntax import HERMES_EXAMPLE, R1_EXAMPLE
 from toolgym.envs.tokens import TokenCounter, WordCounter
 from toolgym.retrieval.corpus import Tool
@@ -30,7 +30,7 @@ def render_results(
     *,
     query: str,
     category: str | None = None,
-    protocol: str = "hermes",
+    protocol: ProtocolName = "hermes",
     budget: int = DEFAULT_TOKEN_BUDGET,
     counter: TokenCounter | None = None,
 ) -> str:
@@ -66,7 +66,7 @@ def render_results(
     return "\n".join(lines)
 
 
-def render_error(reason: str, protocol: str = "hermes") -> str:
+def render_error(reason: str, protocol: ProtocolName = "hermes") -> str:
     """The observation for an invalid action: what was wrong (at most ``MAX_REASON_CHARS``) and
     the expected format."""
     example = HERMES_EXAMPLE if protocol == "hermes" else R1_EXAMPLE

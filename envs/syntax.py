@@ -33,6 +33,7 @@ from toolgym.envs.actions import (
     ACTION_MAX_CHARS,
     FUNCTION_NAMES,
     MAX_SUBMIT,
+    ProtocolName,
     Action,
     Invalid,
     Search,
@@ -94,7 +95,7 @@ def _loads(text: str) -> tuple[Any, str | None]:
         return None, clip(str(exc).split(";")[0], 120)
 
 
-def parse_action(text: Any, protocol: str = "hermes", *, max_chars: int = ACTION_MAX_CHARS) -> Action:
+def parse_action(text: Any, protocol: ProtocolName = "hermes", *, max_chars: int = ACTION_MAX_CHARS) -> Action:
     """Parse one policy turn (syntax only). Never raises on any ``text``; linear time."""
     check_protocol(protocol)
     if not isinstance(text, str):
@@ -314,7 +315,7 @@ def _r1_text(text: str, what: str) -> str:
     return text
 
 
-def render_call(action: Search | Submit, protocol: str = "hermes") -> str:
+def render_call(action: Search | Submit, protocol: ProtocolName = "hermes") -> str:
     """The text of ``action`` in ``protocol``: ``parse_action(render_call(a, p), p) == a``.
 
     Hermes writes one ``<tool_call>`` with ``<`` escaped as ``\\u003c`` inside the JSON, so no

@@ -64,7 +64,7 @@ class SearchEpisode(Episode):
     """A tool-search episode: :class:`Episode` plus the turn count, the category mode and the
     curriculum phase of this episode, and how it ended."""
 
-    mode: str = "off"
+    mode: CategoryMode = "off"
     phase: str | None = None  # the curriculum's phase, "override" when options set the mode
     turn: int = 0
     invalid: int = 0
