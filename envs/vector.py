@@ -8,7 +8,8 @@ each sub-env applies its result (:meth:`ToolSearchEnv.finish_step`). A dense ind
 whole batch in one encoder call, which is where the speed-up comes from.
 
 Autoreset follows gymnasium's default (``NEXT_STEP``): the step after a sub-env finishes resets
-it and ignores its action.
+it and ignores its action; it draws a new task with the other options of the last ``reset``
+(``progress``, ``split``, ``category_mode``).
 """
 from __future__ import annotations
 
@@ -48,6 +49,9 @@ class BatchedToolSearchVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.render_mode = None
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
+        # An autoreset keeps the episode settings of the last reset (the trainer's progress, the
+        # split, the category mode) and only draws a new task.
+        self._carried_options: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         self._obs: list[str] = [""] * self.num_envs
         self.search_calls = 0  # batched retriever calls made (for benchmarks and tests)
 
@@ -76,6 +80,7 @@ class BatchedToolSearchVectorEnv(VectorEnv):
             if tasks is not None:
                 env_options["task"] = tasks[i]
             self._obs[i], info = env.reset(seed=seeds[i], options=env_options)
+            self._carried_options[i] = {k: v for k, v in options.items() if k not in ("task", "task_id")}
             infos = self._add_info(infos, info, i)
             self._autoreset[i] = False
         return tuple(self._obs), infos
@@ -109,7 +114,7 @@ class BatchedToolSearchVectorEnv(VectorEnv):
             results.update((i, by_key[(plans[i].query, plans[i].category)]) for i in rows)
         for i, env in enumerate(self.envs):
             if self._autoreset[i]:
-                self._obs[i], info = env.reset()
+                self._obs[i], info = env.reset(options=self._carried_options[i])
                 self._autoreset[i] = False
             else:
                 self._obs[i], rewards[i], terminations[i], truncations[i], info = env.finish_step(

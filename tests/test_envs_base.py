@@ -217,3 +217,14 @@ main(["envs"])
     assert any(line.startswith("MAKE: dataset 'ultratool' is not available") for line in lines)
     assert "toolgym/ToolSearch-UltraTool-v0  (unavailable: dataset 'ultratool'" in out.stdout
     assert "toolgym/ToolSearch-v0" in lines  # available ids are listed plainly
+
+
+def test_vector_autoreset_keeps_the_trainers_progress():
+    curriculum = {"required_fraction": 0.5}  # no total_episodes: only the trainer's progress says the phase
+    venv = BatchedToolSearchVectorEnv([ToolSearchEnv(CORPUS, TASKS, curriculum=curriculum) for _ in range(2)])
+    _, infos = venv.reset(seed=0, options={"progress": 0.25})
+    assert infos["curriculum_phase"].tolist() == ["required", "required"]
+    venv.step([call("submit", tools=["alpha"])] * 2)
+    _, _, _, _, infos = venv.step(["ignored"] * 2)  # the autoreset step
+    assert infos["action"].tolist() == ["reset", "reset"] and infos["curriculum_progress"].tolist() == [0.25, 0.25]
+    venv.close()
