@@ -30,6 +30,7 @@ from toolgym.envs.registry import (
     registered_ids,
 )
 from toolgym.envs.resources import clear_caches, register_dataset, shared_dataset, shared_index
+from toolgym.envs.dialogue import DIALOGUE_IDS  # noqa: F401  (registers the *-Dialogue-v0 ids, lazily)
 from toolgym.envs.spaces import UnicodeText
 from toolgym.envs.tool_search import ToolSearchEnv, selection_f1_reward, selection_match_reward
 from toolgym.envs.vector import BatchedToolSearchVectorEnv

@@ -363,7 +363,7 @@ def test_hf_chat_policy_backend_runs_a_real_model(seal):
     assert all(t.query and t.gold and len(t.subtasks) == len(t.gold) for t in tasks)
 
 
-# -- CLI -----------------------------------------------------------------------
+# -- CLI and environments -----------------------------------------------------------------------
 def test_generate_cli_writes_readable_files(tmp_path, capsys):
     from toolgym.trainers.cli import main
 
@@ -396,3 +396,38 @@ def test_generate_cli_bad_config_is_one_line(tmp_path, capsys, text, setting, me
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err and err.startswith("toolgym generate: error:")
     assert not (tmp_path / "o").exists()
+
+
+def test_registered_envs_use_the_shipped_config():
+    from omegaconf import OmegaConf
+
+    from toolgym.envs.dialogue import DIALOGUE_CONFIG, DIALOGUE_LIBRARY
+    from toolgym.trainers.generate_cmd import load_config
+
+    shipped = load_config(CONFIGS / "generate_seal_tools.yaml")
+    assert shipped["library"] == {"dataset": DIALOGUE_LIBRARY}
+    assert GeneratorConfig.from_dict(shipped["generator"]) == GeneratorConfig.from_dict(DIALOGUE_CONFIG)
+    assert OmegaConf.load(CONFIGS / "generate_stabletoolbench_llm.yaml").backend.name == "hf"
+
+
+def test_dialogue_envs_are_registered_and_serve_the_generated_tasks():
+    import gymnasium
+
+    from toolgym.envs import registered_ids
+
+    assert {"toolgym/ToolSearch-Dialogue-v0", "toolgym/Decompose-Dialogue-v0"} <= set(registered_ids())
+    env = gymnasium.make("toolgym/Decompose-Dialogue-v0", split="ood")
+    tasks = env.unwrapped.tasks
+    assert tasks and all(t.split == "ood" for t in tasks)
+    assert any(t.messages for t in tasks)
+    obs, info = env.reset(seed=0)
+    assert isinstance(obs, str) and info["task_id"] in {t.id for t in tasks}
+    search = gymnasium.make("toolgym/ToolSearch-Dialogue-v0", split="test")
+    assert {t.id for t in search.unwrapped.tasks} == {t.id for t in tasks_of_split("test")}
+
+
+def tasks_of_split(split):
+    from toolgym.data import load_dataset
+
+    corpus = load_dataset("seal_tools").corpus
+    return [t for t in dialogue_tasks(generate_dialogues(corpus, {"seed": 0})) if t.split == split]
