@@ -1,7 +1,7 @@
 """``toolgym/ToolSearch-Dialogue-v0`` and ``toolgym/Decompose-Dialogue-v0``: the generated
 MagicSelector dialogues over Seal-Tools as environments.
 
-The dataset is generated on first use in the process (about 1 s, measured in docs/datasets.md)
+The dataset is generated on first use in the process (under 0.5 s CPU, measured in docs/datasets.md)
 from a fixed seed and config, then registered like a user's dataset
 (:func:`~toolgym.envs.resources.register_dataset`), so every later ``make`` shares it and its
 index. Nothing is cached on disk: generation is deterministic, so there is no stale copy to
