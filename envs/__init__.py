@@ -21,6 +21,7 @@ from toolgym.envs.resources import (
     shared_index,
 )
 from toolgym.envs.syntax import parse_action, render_call
+from toolgym.envs.dialogue import DIALOGUE_IDS  # noqa: F401, E402  (registers the *-Dialogue-v0 ids, lazily)
 from toolgym.envs.tool_search import ToolSearchEnv, selection_f1_reward, selection_match_reward
 from toolgym.envs.vector import BatchedToolSearchVectorEnv
 

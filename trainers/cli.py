@@ -13,6 +13,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("toolgym.trainers.eval_cmd", "evaluate a retriever, an agent or a policy on a dataset"),
     "envs": ("toolgym.trainers.envs_cmd", "list the registered environment ids"),
+    "generate": ("toolgym.trainers.generate_cmd", "generate MagicSelector-style multi-turn dialogues from a YAML config"),
     "replay": ("toolgym.trainers.replay_cmd", "re-score saved rollouts under several reward schemes"),
     "train": ("toolgym.trainers.train_cmd", "train a policy with local GRPO from a YAML config"),
 }
