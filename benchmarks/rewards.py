@@ -1,12 +1,14 @@
-"""ESM + TCA credit over 256 tasks × 5 rollouts × 8 turns: vectorised numpy path vs a per-rollout loop.
+"""ESM + TCA credit over 256 tasks × 5 rollouts × 8 turns: the package's per-group loop vs a vectorised numpy path.
 
 Both are real implementations and must agree (checked here on the benchmark data, and in
 tests/test_rewards_properties.py on random groups):
 
 - loop: per group, ``esm_turn_advantages`` + ``tca_selection_advantages`` placed on the submit
   turn (the functions the ``toolsearcher`` scheme calls), one rollout at a time;
-- vectorised: ``encode_search_groups`` (records -> padded arrays, still a Python pass over the
-  events) + ``esm_tca_batch`` (pure numpy). Reported both end to end and for the numpy core alone.
+- vectorised (``benchmarks/vectorised_credit.py``, not in the package): ``encode_search_groups``
+  (records -> padded arrays, a Python pass over the events using the package's
+  ``first_discoveries`` and ``tca_gate``) + ``esm_tca_batch`` (pure numpy). Reported both end to
+  end and for the numpy core alone.
 
 Also timed: the full ``toolsearcher`` scheme (adds components and monitors). Target: the
 vectorised path end to end < 50 ms. Run: ``python benchmarks/rewards.py``.
@@ -24,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import markdown_table, write_report  # noqa: E402
 
 from toolgym.data.records import SearchEvent, Task, Trajectory  # noqa: E402
-from toolgym.rewards import encode_search_groups, esm_tca_batch, esm_turn_advantages, get_reward, tca_selection_advantages  # noqa: E402
+from vectorised_credit import encode_search_groups, esm_tca_batch  # noqa: E402
+
+from toolgym.rewards import esm_turn_advantages, get_reward, tca_selection_advantages  # noqa: E402
 from toolgym.rewards.search import place_on_submit_turn  # noqa: E402
 
 TASKS, ROLLOUTS, TURNS, TOP_K, N_TOOLS = 256, 5, 8, 5, 2000

@@ -8,8 +8,6 @@ from hypothesis import strategies as st
 from toolgym.data.records import SearchEvent, Task, Trajectory
 from toolgym.rewards import (
     TCA,
-    encode_search_groups,
-    esm_tca_batch,
     esm_tool_advantages,
     esm_turn_advantages,
     first_discoveries,
@@ -19,6 +17,18 @@ from toolgym.rewards import (
 )
 
 TOOLS = [f"t{j}" for j in range(8)]
+
+
+def vectorised_credit():
+    """benchmarks/vectorised_credit.py: the numpy comparison path (not part of the package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "vectorised_credit.py"
+    spec = importlib.util.spec_from_file_location("vectorised_credit", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 SETTINGS = settings(max_examples=60, deadline=None)
 
 
@@ -130,7 +140,8 @@ def test_tca_is_zero_wherever_the_gate_is_off(group, gate, gate_group):
 @given(st.lists(groups(size=4), min_size=1, max_size=6), st.sampled_from(["full_retrieval", "answered"]),
        st.sampled_from(["all", "gated"]))
 def test_vectorised_path_agrees_with_the_loop(batch, gate, gate_group):
-    vec = esm_tca_batch(encode_search_groups(batch), gate=gate, gate_group=gate_group)
+    vc = vectorised_credit()
+    vec = vc.esm_tca_batch(vc.encode_search_groups(batch, gate=gate), gate_group=gate_group)
     scheme = get_reward("toolsearcher", gate=gate, gate_group=gate_group)
     for b, (task, trajs) in enumerate(batch):
         credit = scheme.score_group(trajs, task)
