@@ -103,9 +103,9 @@ class SearchEvent:
 
 
 def _id_list(value: Any, name: str) -> list[str]:
-    """``value`` as a list of ids; a string or a mapping is an error, not a list of its characters/keys."""
+    """``value`` (ids, subtasks) as a list of strings; a string or a mapping is an error, not a list of its characters/keys."""
     if not isinstance(value, (list, tuple)):
-        raise ValueError(f"{name!r} must be a list of ids, got {type(value).__name__} {str(value)[:60]!r}")
+        raise ValueError(f"{name!r} must be a list of strings, got {type(value).__name__} {repr(value)[:60]}")
     return [str(v) for v in value]
 
 

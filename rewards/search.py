@@ -128,6 +128,11 @@ def tca_gate(traj: Trajectory, gold: Collection[str], gate: str = "full_retrieva
     raise ValueError(f"unknown TCA gate {gate!r}; choose one of {TCA_GATES}")
 
 
+def selection_matches(trajectories: Sequence[Trajectory], gold: Collection[str]) -> np.ndarray:
+    """TCA's selection reward per rollout: s_i = Match(S_i, G) = 1[S_i == G] (0 without a submit)."""
+    return np.array([selection_match(t.selection, gold) for t in trajectories], dtype=np.float64)
+
+
 def _tca_advantage(s: np.ndarray, on: np.ndarray, gate_group: str) -> np.ndarray:
     if gate_group == "all":
         return np.where(on, grpo_advantage(s), 0.0)
@@ -148,7 +153,7 @@ def tca_selection_advantages(
     Equal rewards in the normalised set, or a set of one, give 0.
     """
     check_tca_options(gate, gate_group)
-    s = np.array([selection_match(t.selection, gold) for t in trajectories], dtype=np.float64)
+    s = selection_matches(trajectories, gold)
     on = np.array([tca_gate(t, gold, gate) for t in trajectories], dtype=bool)
     return _tca_advantage(s, on, gate_group)
 
@@ -221,7 +226,7 @@ class TCA:
     def score_group(self, trajectories: list[Trajectory], task: Task) -> GroupCredit:
         check_group(trajectories, task)
         gold = task.gold
-        s = np.array([selection_match(t.selection, gold) for t in trajectories], dtype=np.float64)
+        s = selection_matches(trajectories, gold)
         full = np.array([tca_gate(t, gold, "full_retrieval") for t in trajectories], dtype=bool)
         answered = np.array([tca_gate(t, gold, "answered") for t in trajectories], dtype=bool)
         on = full if self.gate == "full_retrieval" else answered
