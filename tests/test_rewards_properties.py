@@ -148,3 +148,34 @@ def test_vectorised_path_agrees_with_the_loop(batch, gate, gate_group):
         for g, adv in enumerate(credit.turn_advantages):
             np.testing.assert_allclose(vec[b, g, : len(adv)], adv, atol=1e-9)
             np.testing.assert_array_equal(vec[b, g, len(adv):], 0.0)
+
+
+JUDGE_PIECES = st.sampled_from(['{', '}', '[', ']', '"completeness"', '"accuracy"', "coreference resolution", ':', ',', ' ',
+                                '7', '-3.5', '1e999', 'NaN', '9' * 5000, 'standard_expression', 'context_consistency: 8'])
+
+
+@SETTINGS
+@given(st.one_of(st.text(max_size=500), st.lists(JUDGE_PIECES, max_size=60).map("".join)))
+def test_judge_parser_never_raises_and_returns_finite_scores(text):
+    import math
+
+    from toolgym.rewards.preference import PREFERENCE_CRITERIA, parse_judge_scores
+
+    out = parse_judge_scores(text)
+    assert out is None or (set(out) == set(PREFERENCE_CRITERIA) and all(math.isfinite(v) for v in out.values()))
+
+
+@SETTINGS
+@given(groups(), st.sampled_from(["toolsearcher", "esm_only", "tca_only", "grpo_f1"]))
+def test_every_consumer_spreads_credit_over_turns_the_same_way(group, scheme):
+    from toolgym.trainers.replay_cmd import turn_matrix
+
+    task, trajs = group
+    credit = get_reward(scheme).score_group(trajs, task)
+    for i, (traj, cells) in enumerate(zip(trajs, turn_matrix(credit, trajs))):
+        assert cells.shape == (traj.num_turns,)
+        if credit.turn_advantages is not None:
+            np.testing.assert_array_equal(cells, credit.turn_advantages[i])
+        else:
+            np.testing.assert_array_equal(cells, credit.advantages[i])
+        assert [credit.token_advantage(i, t) for t in range(traj.num_turns)] == cells.tolist()
