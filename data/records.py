@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable, Sequence
 
 
 @dataclass(frozen=True)
@@ -74,26 +74,39 @@ class Task:
 
 @dataclass
 class SearchEvent:
-    """One ``search`` call: ranked result ids and the gold ids seen for the first time in it."""
+    """One ``search`` call: ranked result ids and the gold ids seen for the first time in it.
+
+    ``first_found`` is what the environment recorded (:func:`first_found`), or None when the
+    writer recorded nothing. Reward modules recompute it from ``results`` (a file may come from
+    elsewhere) and count disagreements with a recorded value.
+    """
 
     turn: int
     query: str
     category: str | None
     results: list[str]
-    first_found: list[str] = field(default_factory=list)
+    first_found: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SearchEvent":
+        recorded = d.get("first_found")
         return cls(
             turn=int(d["turn"]),
             query=str(d["query"]),
             category=d.get("category"),
-            results=list(d["results"]),
-            first_found=list(d.get("first_found") or ()),
+            results=_id_list(d["results"], "results"),
+            first_found=_id_list(recorded, "first_found") if recorded is not None else None,
         )
+
+
+def _id_list(value: Any, name: str) -> list[str]:
+    """``value`` (ids, subtasks) as a list of strings; a string or a mapping is an error, not a list of its characters/keys."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{name!r} must be a list of strings, got {type(value).__name__} {repr(value)[:60]}")
+    return [str(v) for v in value]
 
 
 @dataclass
@@ -138,12 +151,12 @@ class Trajectory:
         return cls(
             task_id=str(d["task_id"]),
             events=[SearchEvent.from_dict(e) for e in d.get("events") or ()],
-            selection=list(d["selection"]) if d.get("selection") is not None else None,
+            selection=_id_list(d["selection"], "selection") if d.get("selection") is not None else None,
             terminated_by=d.get("terminated_by", "max_turns"),
             invalid_actions=int(d.get("invalid_actions", 0)),
             messages=list(d.get("messages") or ()),
             num_turns=int(d.get("num_turns", 0)),
-            subtasks=list(d["subtasks"]) if d.get("subtasks") is not None else None,
+            subtasks=_id_list(d["subtasks"], "subtasks") if d.get("subtasks") is not None else None,
             token_ids=d.get("token_ids"),
             loss_mask=d.get("loss_mask"),
             turn_spans=[tuple(s) for s in d["turn_spans"]] if d.get("turn_spans") is not None else None,
@@ -151,9 +164,22 @@ class Trajectory:
         )
 
 
-def first_found(results: list[str], gold: frozenset[str], seen_before: set[str]) -> list[str]:
-    """Gold ids in ``results`` not seen in any earlier result of the episode, in rank order."""
-    return [t for t in results if t in gold and t not in seen_before]
+def first_found(results: Iterable[str], gold: Collection[str], seen_before: Collection[str] = ()) -> list[str]:
+    """The first-discovery set of one search: F = results ∩ (G \\ seen_before), in rank order, each id once.
+
+    The one definition of "found for the first time" (ESM's F_e, the env's ``SearchEvent.first_found``).
+    """
+    return [t for t in dict.fromkeys(results) if t in gold and t not in seen_before]
+
+
+def first_found_per_search(result_lists: Iterable[Sequence[str]], gold: Collection[str]) -> list[list[str]]:
+    """:func:`first_found` of every search of an episode in order, ``seen_before`` = all earlier results."""
+    seen: set[str] = set()
+    out = []
+    for results in result_lists:
+        out.append(first_found(results, gold, seen))
+        seen.update(results)
+    return out
 
 
 def write_rollouts(path: str | Path, groups: Iterable[tuple[Task, list[Trajectory]]]) -> int:

@@ -10,12 +10,16 @@ Combination rule (weights w_m; weight 0 = computed and logged, no effect on cred
 ``turn_advantages`` is None unless some weighted credit module has per-turn advantages.
 So ``magicselector`` is GRPO(α·R_pref + β·R_cf) and ``toolsearcher`` is ESM on search turns
 plus TCA on the submit turn.
+
+A config has one shape, ``{modules: [{module, weight, key?, **options}]}``; ``{name, options}``
+names a registered module or scheme. Schemes are data: a named list of (module, weight)
+(:func:`register_scheme`), expanded to that shape by :func:`scheme_config`.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Callable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -23,11 +27,14 @@ from toolgym.data.records import Task, Trajectory
 from toolgym.rewards.base import (
     GroupCredit,
     RewardModule,
+    accepts_option,
     call_with_supported,
     check_group,
     get_reward_factory,
     grpo_advantage,
     is_zero_variance,
+    nonfinite_count,
+    option_names,
     reward_names,
 )
 
@@ -80,6 +87,7 @@ class CompositeReward:
         a_out = grpo_advantage(outcome_sum) if has_outcome else np.zeros(g)
         if has_outcome:
             components["outcome/zero_var"] = float(is_zero_variance(outcome_sum))
+            components["outcome/nonfinite_rewards"] = float(nonfinite_count(outcome_sum))
         turn_adv = None
         if any(c.turn_advantages is not None for _, c in turn_parts):
             turn_adv = []
@@ -87,7 +95,7 @@ class CompositeReward:
                 n = _num_turns(traj, [c for _, c in turn_parts], i)
                 acc = np.full(n, a_out[i])
                 for w, c in turn_parts:
-                    acc += w * (c.turn_advantages[i] if c.turn_advantages is not None else c.advantages[i])
+                    acc += w * c.rollout_turn_advantages(i, n)
                 turn_adv.append(acc)
         components["reward"] = float(reward.mean())
         return GroupCredit(rewards=reward, advantages=a_out + credit_adv, turn_advantages=turn_adv, components=components)
@@ -98,6 +106,9 @@ def _num_turns(traj: Trajectory, credits: list[GroupCredit], i: int) -> int:
     if len(lengths) != 1:
         raise ValueError(f"reward modules disagree on the number of turns of a rollout of {traj.task_id!r}: {lengths}")
     return lengths.pop()
+
+
+RUNTIME_KEYS = ("retrieve", "embed", "judge")
 
 
 def _to_plain(config: Any) -> Any:
@@ -111,158 +122,161 @@ def _to_plain(config: Any) -> Any:
     return config
 
 
-def _module_entries(modules: Any) -> Iterable[tuple[str, dict[str, Any]]]:
-    if isinstance(modules, Mapping):
-        for key, entry in modules.items():
-            yield str(key), dict(entry or {})
-    elif isinstance(modules, list):
-        for entry in modules:
-            entry = dict(entry)
-            key = entry.pop("key", None) or entry.get("module") or entry.pop("name", None)
-            if key is None:
-                raise ValueError(f"module entry {entry} needs a 'module' (registry name)")
-            yield str(key), entry
-    else:
-        raise ValueError("'modules' must be a mapping {key: {weight, options...}} or a list of entries")
+# -- named schemes: data, not code ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Scheme:
+    """A named list of (module, weight). ``weight_options`` maps a scheme option to the key whose
+    weight it sets (``alpha`` → preference); every other option goes to the modules that accept it."""
+
+    modules: tuple[tuple[str, float], ...]
+    weight_options: Mapping[str, str] = field(default_factory=dict)
+    doc: str = ""
 
 
-def build_reward(config: Mapping[str, Any] | Any, **runtime: Any) -> RewardModule:
-    """Build a composite from a config (omegaconf or plain dict).
-
-    Either ``{"name": module or scheme, "options": {...}}`` (the trainer's form),
-    ``{"scheme": "toolsearcher", ...scheme options}`` or
-    ``{"modules": {key: {"module": registry name (default: key), "weight": w (default 1), ...options}}}``.
-    ``runtime`` carries objects a config cannot (``retrieve``, ``embed``, ``judge``); each module
-    gets those its constructor accepts.
-    """
-    config = _to_plain(config)
-    if not isinstance(config, Mapping):
-        raise ValueError(f"a reward config must be a mapping, got {type(config).__name__}")
-    config = dict(config)
-    if "name" in config and "modules" not in config:  # the trainer's form: {name, options}
-        unknown = config.keys() - {"name", "options"}
-        if unknown:
-            raise ValueError(f"reward config {{name, options}} has unknown keys {sorted(unknown)}")
-        return get_reward(str(config["name"]), **dict(config.get("options") or {}), **runtime)
-    if "scheme" in config:
-        scheme = config.pop("scheme")
-        if "modules" in config:
-            raise ValueError("give either 'scheme' or 'modules', not both")
-        options = dict(config.pop("options", None) or {}, **config)
-        return get_scheme(scheme, **options, **runtime)
-    if "modules" not in config:
-        raise ValueError("a reward config needs 'modules' (or 'scheme')")
-    built = []
-    for key, entry in _module_entries(config["modules"]):
-        name = entry.pop("module", key)
-        weight = float(entry.pop("weight", 1.0))
-        factory = get_reward_factory(name)
-        built.append(WeightedModule(key, call_with_supported(factory, entry, runtime), weight))
-    return CompositeReward(built, name=str(config.get("name", "composite")))
+_SCHEMES: dict[str, Scheme] = {}
 
 
-# -- named schemes ---------------------------------------------------------------------------
-_SCHEMES: dict[str, Callable[..., CompositeReward]] = {}
-
-
-def register_scheme(name: str) -> Callable[[Callable[..., CompositeReward]], Callable[..., CompositeReward]]:
-    def wrap(factory: Callable[..., CompositeReward]) -> Callable[..., CompositeReward]:
-        _SCHEMES[name] = factory
-        return factory
-
-    return wrap
+def register_scheme(name: str, modules: Sequence[tuple[str, float]], weight_options: Mapping[str, str] | None = None,
+                    doc: str = "") -> Scheme:
+    """Register a scheme: ``register_scheme("mine", [("esm", 1.0), ("selection_f1", 0.5)])``."""
+    if name in _SCHEMES:
+        raise ValueError(f"reward scheme {name!r} is already registered")
+    keys = [m for m, _ in modules]
+    for option, key in (weight_options or {}).items():
+        if key not in keys:
+            raise ValueError(f"scheme {name!r}: weight option {option!r} names {key!r}, not one of its modules {keys}")
+    scheme = Scheme(tuple((str(m), float(w)) for m, w in modules), dict(weight_options or {}), doc)
+    _SCHEMES[name] = scheme
+    return scheme
 
 
 def scheme_names() -> list[str]:
     return sorted(_SCHEMES)
 
 
-def get_scheme(name: str, **options: Any) -> CompositeReward:
+def scheme_config(name: str, **options: Any) -> dict[str, Any]:
+    """The ``{modules: [{module, weight, **options}]}`` config of a scheme with these options.
+
+    A weight option (e.g. ``alpha``) sets that module's weight; any other option goes to every
+    module of the scheme whose constructor accepts it, and one no module accepts is an error.
+    """
     if name not in _SCHEMES:
         raise KeyError(f"unknown reward scheme {name!r}; schemes: {scheme_names()}")
-    composite = _SCHEMES[name](**options)
-    composite.name = name
-    return composite
+    scheme = _SCHEMES[name]
+    entries = [{"module": m, "weight": w} for m, w in scheme.modules]
+    for option, value in options.items():
+        if option in scheme.weight_options:
+            next(e for e in entries if e["module"] == scheme.weight_options[option])["weight"] = float(value)
+            continue
+        takers = [e for e in entries if accepts_option(get_reward_factory(e["module"]), option)]
+        if not takers:
+            accepted = sorted({p for m, _ in scheme.modules for p in option_names(get_reward_factory(m))} | set(scheme.weight_options))
+            raise ValueError(f"reward scheme {name!r}: unknown option {option!r}; accepted: {accepted}")
+        for e in takers:
+            e[option] = value
+    return {"name": name, "modules": entries}
 
 
-def get_reward(name: str, **options: Any) -> RewardModule:
-    """A registered module (``esm``, ``tca``, ...) or a named scheme (``toolsearcher``, ...).
+def _module_entries(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The module list of a config in the one shape ``[{module, weight, key?, **options}]``."""
+    if "modules" not in config:
+        if "name" in config:  # shorthand for a named scheme or module: {name, options}
+            unknown = config.keys() - {"name", "options"}
+            if unknown:
+                raise ValueError(f"reward config {{name, options}} has unknown keys {sorted(unknown)}")
+            name, options = str(config["name"]), dict(config.get("options") or {})
+            if name in _SCHEMES:
+                return scheme_config(name, **options)["modules"]
+            if name not in reward_names():
+                raise KeyError(f"unknown reward scheme or module {name!r}; schemes: {scheme_names()}, modules: {reward_names()}")
+            return [{"module": name, "weight": 1.0, **options}]
+        raise ValueError("a reward config needs 'modules': [{module: NAME, weight: W, ...options}] (or {name, options})")
+    unknown = config.keys() - {"name", "modules"}
+    if unknown:
+        raise ValueError(f"reward config has unknown keys {sorted(unknown)}; expected 'modules' (and 'name')")
+    modules = config["modules"]
+    if not isinstance(modules, list) or not modules:
+        raise ValueError("'modules' must be a non-empty list of {module: NAME, weight: W, ...options}")
+    entries = []
+    for j, entry in enumerate(modules):
+        if not isinstance(entry, Mapping) or "module" not in entry:
+            raise ValueError(f"modules[{j}] must be a mapping with a 'module' (registry name), got {entry!r:.80}")
+        entries.append(dict(entry))
+    return entries
 
-    Runtime objects (``retrieve``, ``embed``, ``judge``) are passed to modules that take them.
-    """
-    runtime_keys = ("retrieve", "embed", "judge")
-    if name in _SCHEMES:
-        return get_scheme(name, **options)
+
+def runtime_needs(config: Mapping[str, Any] | str | Any) -> frozenset[str]:
+    """The runtime objects (``retrieve``, ``embed``, ``judge``) a config's modules need (their ``needs``)."""
+    config = {"name": config} if isinstance(config, str) else _to_plain(config)
+    out: set[str] = set()
+    for entry in _module_entries(dict(config)):
+        out |= set(getattr(get_reward_factory(str(entry["module"])), "needs", ()))
+    return frozenset(out)
+
+
+def _build_module(name: str, options: dict[str, Any], runtime: dict[str, Any]) -> RewardModule:
+    """One registered module from its options, given the runtime objects it ``needs`` (else a clear error)."""
     factory = get_reward_factory(name)
-    runtime = {k: options.pop(k) for k in runtime_keys if k in options}
+    missing = [k for k in sorted(getattr(factory, "needs", ())) if runtime.get(k) is None]
+    if missing:
+        raise ValueError(f"reward module {name!r} needs runtime {' and '.join(missing)} (pass {missing[0]}=...)")
     return call_with_supported(factory, options, runtime)
 
 
-@register_scheme("toolsearcher")
-def _toolsearcher(gate: str = "full_retrieval", gate_group: str = "all", retrieve: Any = None, embed: Any = None, judge: Any = None) -> CompositeReward:
-    """ESM on search turns + TCA on the submit turn (weights 1, 1) + hacking monitors (0)."""
-    from toolgym.rewards.monitors import HackingMonitors
-    from toolgym.rewards.search import ESM, TCA
+def build_reward(config: Mapping[str, Any] | Any, **runtime: Any) -> CompositeReward:
+    """Build a composite from a config (omegaconf or plain dict).
 
-    return CompositeReward(
-        [WeightedModule("esm", ESM(), 1.0), WeightedModule("tca", TCA(gate, gate_group), 1.0),
-         WeightedModule("monitors", HackingMonitors(), 0.0)]
-    )
-
-
-@register_scheme("magicselector")
-def _magicselector(
-    retrieve: Any = None,
-    embed: Any = None,
-    judge: Any = None,
-    alpha: float = 1.0,
-    beta: float = 1.0,
-    k: int = 10,
-    fusion: str = "round_robin",
-    lambda_ndcg: float = 1.0,
-    lambda_full: float = 1.0,
-    scorer: Any = "reference",
-    model: str | None = None,
-    scorer_options: dict[str, Any] | None = None,
-) -> CompositeReward:
-    """GRPO(α · R_pref + β · R_cf) + hacking monitors (weight 0). The paper gives no α, β values."""
-    from toolgym.rewards.decomposition import Counterfactual, Preference
-    from toolgym.rewards.monitors import HackingMonitors
-
-    return CompositeReward(
-        [
-            WeightedModule("preference", Preference(scorer, embed=embed, judge=judge, model=model, scorer_options=scorer_options), alpha),
-            WeightedModule("counterfactual", Counterfactual(retrieve, k, fusion, lambda_ndcg, lambda_full), beta),
-            WeightedModule("monitors", HackingMonitors(), 0.0),
-        ]
-    )
+    The shape: ``{"modules": [{"module": registry name, "weight": w (default 1), "key": log name
+    (default the module), ...options}]}``; ``{"name": scheme or module, "options": {...}}`` (the
+    trainer's form) is shorthand for a scheme's list. ``runtime`` carries objects a config cannot
+    (``retrieve``, ``embed``, ``judge``); each module gets those its constructor accepts, and a
+    module whose ``needs`` are missing is a clear error.
+    """
+    config = _to_plain(config)
+    if not isinstance(config, Mapping):
+        raise ValueError(f"a reward config must be a mapping, got {type(config).__name__}")
+    unknown_runtime = runtime.keys() - set(RUNTIME_KEYS)
+    if unknown_runtime:
+        raise ValueError(f"unknown runtime object(s) {sorted(unknown_runtime)}; runtime objects: {list(RUNTIME_KEYS)}")
+    built = []
+    for entry in _module_entries(config):
+        name = str(entry.pop("module"))
+        key = str(entry.pop("key", name))
+        weight = float(entry.pop("weight", 1.0))
+        built.append(WeightedModule(key, _build_module(name, entry, runtime), weight))
+    return CompositeReward(built, name=str(config.get("name", "composite")))
 
 
-@register_scheme("grpo_f1")
-def _grpo_f1(retrieve: Any = None, embed: Any = None, judge: Any = None) -> CompositeReward:
-    """Outcome GRPO on selection F1; search recall and Match logged only."""
-    from toolgym.rewards.monitors import HackingMonitors
-    from toolgym.rewards.search import SearchRecall, SelectionF1, SelectionMatch
+def get_reward(name_or_config: str | Mapping[str, Any] | Any, **options: Any) -> RewardModule:
+    """A registered module (``esm``, ``tca``, ...), a named scheme (``toolsearcher``, ...) or a config.
 
-    return CompositeReward(
-        [WeightedModule("selection_f1", SelectionF1(), 1.0), WeightedModule("selection_match", SelectionMatch(), 0.0),
-         WeightedModule("search_recall", SearchRecall(), 0.0), WeightedModule("monitors", HackingMonitors(), 0.0)]
-    )
-
-
-@register_scheme("grpo_match")
-def _grpo_match(retrieve: Any = None, embed: Any = None, judge: Any = None) -> CompositeReward:
-    """Outcome GRPO on exact selection Match; F1 and search recall logged only."""
-    from toolgym.rewards.monitors import HackingMonitors
-    from toolgym.rewards.search import SearchRecall, SelectionF1, SelectionMatch
-
-    return CompositeReward(
-        [WeightedModule("selection_match", SelectionMatch(), 1.0), WeightedModule("selection_f1", SelectionF1(), 0.0),
-         WeightedModule("search_recall", SearchRecall(), 0.0), WeightedModule("monitors", HackingMonitors(), 0.0)]
-    )
+    ``get_reward(name, retrieve=..., **options)``: runtime objects (``retrieve``, ``embed``,
+    ``judge``) go to modules that take them, the rest are options. A module name gives the bare
+    module (components unprefixed); a scheme or config gives a :class:`CompositeReward`.
+    """
+    runtime = {k: options.pop(k) for k in RUNTIME_KEYS if k in options}
+    if not isinstance(name_or_config, str):
+        if options:
+            raise ValueError(f"options {sorted(options)} go inside the config, not beside it")
+        return build_reward(name_or_config, **runtime)
+    if name_or_config in _SCHEMES:
+        return build_reward(scheme_config(name_or_config, **options), **runtime)
+    return _build_module(name_or_config, options, runtime)
 
 
-SCHEMES_NEEDING_RETRIEVAL = frozenset({"magicselector"})
+register_scheme("toolsearcher", [("esm", 1.0), ("tca", 1.0), ("monitors", 0.0)],
+                doc="ESM on search turns + TCA on the submit turn; options gate, gate_group")
+register_scheme("esm_only", [("esm", 1.0), ("tca", 0.0), ("monitors", 0.0)],
+                doc="ablation: ESM search credit alone (TCA logged, weight 0)")
+register_scheme("tca_only", [("esm", 0.0), ("tca", 1.0), ("monitors", 0.0)],
+                doc="ablation: TCA selection credit alone (ESM logged, weight 0)")
+register_scheme("magicselector", [("preference", 1.0), ("counterfactual", 1.0), ("monitors", 0.0)],
+                weight_options={"alpha": "preference", "beta": "counterfactual"},
+                doc="GRPO(α·R_pref + β·R_cf); the paper gives no α, β values")
+register_scheme("grpo_f1", [("selection_f1", 1.0), ("selection_match", 0.0), ("search_recall", 0.0), ("monitors", 0.0)],
+                doc="outcome GRPO on selection F1")
+register_scheme("grpo_match", [("selection_match", 1.0), ("selection_f1", 0.0), ("search_recall", 0.0), ("monitors", 0.0)],
+                doc="outcome GRPO on exact selection Match")
 
 
 def aggregate_components(credits: Iterable[GroupCredit]) -> dict[str, float]:
@@ -274,9 +288,3 @@ def aggregate_components(credits: Iterable[GroupCredit]) -> dict[str, float]:
             sums[k] = sums.get(k, 0.0) + float(v)
             counts[k] = counts.get(k, 0) + 1
     return {k: sums[k] / counts[k] for k in sorted(sums)}
-
-
-__all__ = [
-    "CompositeReward", "WeightedModule", "build_reward", "get_reward", "get_scheme", "scheme_names",
-    "register_scheme", "aggregate_components", "reward_names", "SCHEMES_NEEDING_RETRIEVAL",
-]

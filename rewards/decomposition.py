@@ -13,7 +13,7 @@ import numpy as np
 from toolgym.data.records import Task, Trajectory
 from toolgym.retrieval.fusion import FUSION_METHODS, fuse
 from toolgym.retrieval.metrics import completeness_at_k, counterfactual_decomposition_reward, ndcg_at_k
-from toolgym.rewards.base import GroupCredit, check_group, grpo_advantage, is_zero_variance, register_reward
+from toolgym.rewards.base import GroupCredit, check_group, outcome_credit, register_reward
 from toolgym.rewards.embedding import Embed
 from toolgym.rewards.preference import (
     HFRewardModelScorer,
@@ -44,6 +44,7 @@ class Counterfactual:
 
     name = "counterfactual"
     kind = "outcome"
+    needs = frozenset({"retrieve"})
 
     def __init__(
         self,
@@ -88,18 +89,13 @@ class Counterfactual:
             n_atom.append(ndcg_at_k(atom, gold, self.k))
             full_atom.append(completeness_at_k(atom, gold, self.k))
         r = np.array(r_cf, dtype=np.float64)
-        return GroupCredit(
-            rewards=r,
-            advantages=grpo_advantage(r),
-            components={
-                "r_cf": float(r.mean()),
-                "ndcg_raw": ndcg_at_k(raw, gold, self.k),
-                "ndcg_atom": float(np.mean(n_atom)),
-                "full_raw": completeness_at_k(raw, gold, self.k),
-                "full_atom": float(np.mean(full_atom)),
-                "zero_var": float(is_zero_variance(r)),
-            },
-        )
+        return outcome_credit(r, {
+            "r_cf": float(r.mean()),
+            "ndcg_raw": ndcg_at_k(raw, gold, self.k),
+            "ndcg_atom": float(np.mean(n_atom)),
+            "full_raw": completeness_at_k(raw, gold, self.k),
+            "full_atom": float(np.mean(full_atom)),
+        })
 
 
 def make_scorer(
@@ -134,6 +130,7 @@ class Preference:
 
     name = "preference"
     kind = "outcome"
+    needs: frozenset[str] = frozenset()  # embed defaults to the packaged MiniLM; scorer "judge" checks judge itself
 
     def __init__(
         self,
@@ -159,8 +156,7 @@ class Preference:
             "r_pref": float(r.mean()),
             "score": float(scores[:-1].mean()),
             "reference_score": float(scores[-1]),
-            "zero_var": float(is_zero_variance(r)),
         }
         if hasattr(self.scorer, "parse_failures"):
             components["judge_parse_failures"] = float(self.scorer.parse_failures - failures_before)
-        return GroupCredit(rewards=r, advantages=grpo_advantage(r), components=components)
+        return outcome_credit(r, components)

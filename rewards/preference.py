@@ -48,14 +48,6 @@ def joint_decomposition_reward(r_pref: np.ndarray, r_cf: np.ndarray, alpha: floa
     return alpha * np.asarray(r_pref, dtype=np.float64) + beta * np.asarray(r_cf, dtype=np.float64)
 
 
-def context_text(task: Task) -> str:
-    """x = (history, query) for a reader (judge, reward model): one message per line, then the query.
-
-    Retrieval uses :meth:`Task.context_text` (one line) instead."""
-    parts = [str(m.get("content", "")).strip() for m in task.messages]
-    return "\n".join([p for p in parts if p] + [task.query.strip()])
-
-
 def render_decomposition(subtasks: Sequence[str]) -> str:
     """Subtasks as a numbered list, the text a reward model or a judge reads."""
     return "\n".join(f"{j}. {s.strip()}" for j, s in enumerate(subtasks, start=1)) or "(no subtasks)"
@@ -189,7 +181,7 @@ class HFRewardModelScorer:
         return cls(model, tok, **kwargs)
 
     def _pairs(self, task: Task, decompositions: list[list[str]]) -> tuple[list[str], list[str] | None]:
-        x = context_text(task)
+        x = task.dialogue_text()
         ys = [render_decomposition(d) for d in decompositions]
         if getattr(self.tokenizer, "chat_template", None):
             texts = [
@@ -232,7 +224,16 @@ JUDGE_SYSTEM = (
 )
 
 
-def _reply_text(reply: Any) -> str:
+# A judge reply is cut to this many characters before parsing: the five scores take ~150, and the
+# cap keeps parsing linear and bounded whatever the judge (or an attacker steering it) returns.
+MAX_JUDGE_REPLY_CHARS = 16_384
+# A score has at most this many digits; longer digit runs are not scores (and int() of > 4,300
+# digits raises).
+MAX_SCORE_DIGITS = 32
+
+
+def _reply_text(reply: Any) -> str | None:
+    """The text of a judge reply (a string, ``.text``/``.content``, or ``{"content": ...}``), else None."""
     if isinstance(reply, str):
         return reply
     for attr in ("text", "content"):
@@ -240,19 +241,31 @@ def _reply_text(reply: Any) -> str:
             return getattr(reply, attr)
     if isinstance(reply, dict) and isinstance(reply.get("content"), str):
         return reply["content"]
-    raise TypeError(f"the judge returned {type(reply).__name__}, expected text")
+    return None
+
+
+def _score_number(token: str) -> float | None:
+    return float(token) if len(token) <= MAX_SCORE_DIGITS else None
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a score")
 
 
 def parse_judge_scores(text: str, criteria: Sequence[str] = PREFERENCE_CRITERIA) -> dict[str, float] | None:
-    """Criterion scores from a judge reply: the first JSON object, else ``name: number`` pairs.
+    """Criterion scores from a judge reply: the first flat JSON object, else ``name: number`` pairs.
 
-    Returns None unless every criterion has a finite number.
+    Only the first :data:`MAX_JUDGE_REPLY_CHARS` characters are read; numbers of more than
+    :data:`MAX_SCORE_DIGITS` characters, NaN and infinities are not scores. Linear in the (capped)
+    text. Returns None unless every criterion has a finite number.
     """
-    found: dict[str, float] = {}
+    text = str(text)[:MAX_JUDGE_REPLY_CHARS]
+    found: dict[str, Any] = {}
     for match in re.finditer(r"\{[^{}]*\}", text):
         try:
-            obj = json.loads(match.group(0))
-        except json.JSONDecodeError:
+            obj = json.loads(match.group(0), parse_int=_score_number, parse_float=_score_number,
+                             parse_constant=_reject_constant)
+        except (ValueError, RecursionError):  # bad JSON, a rejected number, or arrays nested too deep
             continue
         if isinstance(obj, dict):
             found = {str(k).lower().replace(" ", "_"): v for k, v in obj.items()}
@@ -262,7 +275,7 @@ def parse_judge_scores(text: str, criteria: Sequence[str] = PREFERENCE_CRITERIA)
             pattern = re.escape(c).replace("_", r"[_ ]")
             m = re.search(rf"{pattern}\W{{0,5}}(-?\d+(?:\.\d+)?)", text, re.IGNORECASE)
             if m and c not in found:
-                found[c] = m.group(1)
+                found[c] = _score_number(m.group(1))
     try:
         scores = {c: float(found[c]) for c in criteria}
     except (KeyError, TypeError, ValueError):
@@ -275,8 +288,9 @@ class LLMJudgeScorer:
 
     ``judge`` is any chat callable ``judge(messages) -> str`` or an object with such a
     ``generate`` method (a toolgym chat policy, an OpenAI-compatible client wrapper). A reply
-    that cannot be parsed scores ``fallback_score`` (default 1, the worst) and is counted in
-    ``parse_failures``, so a broken judge shows up in the logs instead of stopping training.
+    that is not text (e.g. None) or cannot be parsed scores ``fallback_score`` (default 1, the
+    worst) and is counted in ``parse_failures``, so a broken judge shows up in the logs instead of
+    stopping training. The judge reads :meth:`Task.dialogue_text` and the numbered subtasks.
     """
 
     def __init__(
@@ -296,13 +310,14 @@ class LLMJudgeScorer:
     def messages(self, task: Task, subtasks: Sequence[str]) -> list[dict[str, str]]:
         return [
             {"role": "system", "content": JUDGE_SYSTEM},
-            {"role": "user", "content": f"Dialogue:\n{context_text(task)}\n\nSubtasks:\n{render_decomposition(subtasks)}"},
+            {"role": "user", "content": f"Dialogue:\n{task.dialogue_text()}\n\nSubtasks:\n{render_decomposition(subtasks)}"},
         ]
 
     def score(self, task: Task, decompositions: list[list[str]]) -> np.ndarray:
         out = np.zeros(len(decompositions))
         for i, d in enumerate(decompositions):
-            parsed = parse_judge_scores(_reply_text(self.generate(self.messages(task, d))), self.criteria)
+            text = _reply_text(self.generate(self.messages(task, d)))
+            parsed = parse_judge_scores(text, self.criteria) if text is not None else None
             if parsed is None:
                 self.parse_failures += 1
                 out[i] = self.fallback_score

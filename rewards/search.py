@@ -4,8 +4,9 @@ credit, plus the plain outcome rewards (selection F1 / Match, search recall) use
 
 Turns are 0-based. ``SearchEvent.turn`` is the turn of that search; the submit happens at turn
 ``num_turns - 1`` when ``terminated_by == "submit"``. First-found sets are recomputed from the
-ranked results (the formula's definition), so files written without ``first_found`` replay the
-same.
+ranked results with :func:`toolgym.data.records.first_found` (the formula's definition; a replayed
+file may come from elsewhere, without or with a different ``first_found``); a recorded value that
+disagrees is counted in ``esm/first_found_mismatches``, never used.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
-from toolgym.data.records import Task, Trajectory
+from toolgym.data.records import Task, Trajectory, first_found_per_search
 from toolgym.retrieval.metrics import search_recall, selection_match, selection_prf
 from toolgym.rewards.base import (
     GroupCredit,
@@ -21,6 +22,7 @@ from toolgym.rewards.base import (
     grpo_advantage,
     grpo_advantage_masked,
     is_zero_variance,
+    outcome_credit,
     register_reward,
 )
 
@@ -45,15 +47,18 @@ def turn_count(traj: Trajectory) -> int:
 
 
 def first_discoveries(traj: Trajectory, gold: Collection[str]) -> list[tuple[int, list[str]]]:
-    """Per search event, in order: (turn, F) with F = results(e) ∩ (G \\ results(events before e))."""
-    gold = set(gold)
-    seen: set[str] = set()
-    out = []
-    for event in traj.events:
-        found = [t for t in dict.fromkeys(event.results) if t in gold and t not in seen]
-        seen.update(event.results)
-        out.append((event.turn, found))
-    return out
+    """Per search event, in order: (turn, F) with F = results(e) ∩ (G \\ results(events before e)).
+
+    Computed by :func:`toolgym.data.records.first_found_per_search` from the ranked results, never
+    read from ``SearchEvent.first_found`` (see the module docstring).
+    """
+    found = first_found_per_search((e.results for e in traj.events), gold)
+    return [(e.turn, f) for e, f in zip(traj.events, found)]
+
+
+def recorded_first_found_mismatches(traj: Trajectory, discoveries: list[tuple[int, list[str]]]) -> int:
+    """Events whose recorded ``first_found`` (when the writer recorded one) differs from the recomputed F."""
+    return sum(e.first_found is not None and set(e.first_found) != set(f) for e, (_, f) in zip(traj.events, discoveries))
 
 
 def esm_tool_advantages(trajectories: Sequence[Trajectory], gold: Collection[str]) -> tuple[list[str], np.ndarray]:
@@ -61,12 +66,28 @@ def esm_tool_advantages(trajectories: Sequence[Trajectory], gold: Collection[str
 
     r(T, i) = 1 if T appears in any search result of rollout i, else 0. Returns the gold ids
     (sorted) and z as a [|G|, G_rollouts] array; a tool every rollout found (mastered) or none
-    found gets z = 0.
+    found gets z = 0. An empty gold set gives a [0, G_rollouts] array.
     """
     tools = sorted(gold)
     seen = [t.seen for t in trajectories]
     r = np.array([[1.0 if tool in s else 0.0 for s in seen] for tool in tools]).reshape(len(tools), len(trajectories))
     return tools, grpo_advantage(r)
+
+
+def _esm_event_advantages(trajectories: Sequence[Trajectory], tools: list[str], z: np.ndarray,
+                          discoveries: list[list[tuple[int, list[str]]]]) -> list[np.ndarray]:
+    row = {tool: k for k, tool in enumerate(tools)}
+    out = []
+    for i, (traj, events) in enumerate(zip(trajectories, discoveries)):
+        adv = np.zeros(turn_count(traj))
+        found_at: dict[int, list[str]] = {}
+        for turn, found in events:
+            if found:
+                found_at.setdefault(turn, []).extend(found)
+        for turn, found in found_at.items():
+            adv[turn] = max(z[row[t], i] for t in found)
+        out.append(adv)
+    return out
 
 
 def esm_turn_advantages(trajectories: Sequence[Trajectory], gold: Collection[str]) -> list[np.ndarray]:
@@ -78,31 +99,44 @@ def esm_turn_advantages(trajectories: Sequence[Trajectory], gold: Collection[str
     holds several events its F is the union of theirs.
     """
     tools, z = esm_tool_advantages(trajectories, gold)
-    row = {tool: k for k, tool in enumerate(tools)}
-    out = []
-    for i, traj in enumerate(trajectories):
-        adv = np.zeros(turn_count(traj))
-        found_at: dict[int, list[str]] = {}
-        for turn, found in first_discoveries(traj, gold):
-            if found:
-                found_at.setdefault(turn, []).extend(found)
-        for turn, found in found_at.items():
-            adv[turn] = max(z[row[t], i] for t in found)
-        out.append(adv)
-    return out
+    return _esm_event_advantages(trajectories, tools, z, [first_discoveries(t, gold) for t in trajectories])
+
+
+def submitted_selection(traj: Trajectory) -> bool:
+    """The rollout ended with a submitted selection (the turn TCA's selection credit lands on)."""
+    return traj.terminated_by == "submit" and traj.selection is not None
+
+
+def check_tca_options(gate: str, gate_group: str) -> None:
+    """Clear errors for an unknown TCA ``gate`` or ``gate_group``."""
+    if gate not in TCA_GATES:
+        raise ValueError(f"unknown TCA gate {gate!r}; choose one of {TCA_GATES}")
+    if gate_group not in TCA_GATE_GROUPS:
+        raise ValueError(f"unknown TCA gate_group {gate_group!r}; choose one of {TCA_GATE_GROUPS}")
 
 
 def tca_gate(traj: Trajectory, gold: Collection[str], gate: str = "full_retrieval") -> bool:
     """Whether TCA lets rollout i learn selection.
 
-    ``full_retrieval`` (the paper): full_i = G ⊆ seen_i. ``answered`` (the authors' released
-    code): the rollout ended with a submitted answer.
+    ``full_retrieval`` (the paper): full_i = G ⊆ seen_i (false for an empty G). ``answered`` (the
+    authors' released code): the rollout ended with a submitted answer.
     """
     if gate == "full_retrieval":
         return bool(gold) and set(gold) <= traj.seen
     if gate == "answered":
-        return traj.terminated_by == "submit" and traj.selection is not None
+        return submitted_selection(traj)
     raise ValueError(f"unknown TCA gate {gate!r}; choose one of {TCA_GATES}")
+
+
+def selection_matches(trajectories: Sequence[Trajectory], gold: Collection[str]) -> np.ndarray:
+    """TCA's selection reward per rollout: s_i = Match(S_i, G) = 1[S_i == G] (0 without a submit)."""
+    return np.array([selection_match(t.selection, gold) for t in trajectories], dtype=np.float64)
+
+
+def _tca_advantage(s: np.ndarray, on: np.ndarray, gate_group: str) -> np.ndarray:
+    if gate_group == "all":
+        return np.where(on, grpo_advantage(s), 0.0)
+    return grpo_advantage_masked(s, on)
 
 
 def tca_selection_advantages(
@@ -118,13 +152,10 @@ def tca_selection_advantages(
     ``gate_group="gated"``:        A_i = gate_i · (s_i − mean_{gated}(s)) / (std_{gated}(s) + eps).
     Equal rewards in the normalised set, or a set of one, give 0.
     """
-    if gate_group not in TCA_GATE_GROUPS:
-        raise ValueError(f"unknown TCA gate_group {gate_group!r}; choose one of {TCA_GATE_GROUPS}")
-    s = np.array([selection_match(t.selection, gold) for t in trajectories])
+    check_tca_options(gate, gate_group)
+    s = selection_matches(trajectories, gold)
     on = np.array([tca_gate(t, gold, gate) for t in trajectories], dtype=bool)
-    if gate_group == "all":
-        return np.where(on, grpo_advantage(s), 0.0)
-    return grpo_advantage_masked(s, on)
+    return _tca_advantage(s, on, gate_group)
 
 
 def place_on_submit_turn(trajectories: Sequence[Trajectory], values: np.ndarray) -> list[np.ndarray]:
@@ -135,7 +166,7 @@ def place_on_submit_turn(trajectories: Sequence[Trajectory], values: np.ndarray)
     out = []
     for traj, value in zip(trajectories, values):
         adv = np.zeros(turn_count(traj))
-        if traj.terminated_by == "submit" and traj.selection is not None:
+        if submitted_selection(traj):
             adv[-1] = value
         out.append(adv)
     return out
@@ -143,22 +174,27 @@ def place_on_submit_turn(trajectories: Sequence[Trajectory], values: np.ndarray)
 
 @register_reward("esm")
 class ESM:
-    """Event-level search modelling: first-discovery advantages on search turns."""
+    """Event-level search modelling: first-discovery advantages on search turns.
+
+    An empty gold set (nothing to discover) gives zero credit, not an error.
+    """
 
     name = "esm"
     kind = "credit"
+    needs: frozenset[str] = frozenset()
 
     def score_group(self, trajectories: list[Trajectory], task: Task) -> GroupCredit:
         check_group(trajectories, task)
         gold = task.gold
-        turn_adv = esm_turn_advantages(trajectories, gold)
         tools, z = esm_tool_advantages(trajectories, gold)
+        discoveries = [first_discoveries(t, gold) for t in trajectories]
+        turn_adv = _esm_event_advantages(trajectories, tools, z, discoveries)
         seen = [t.seen for t in trajectories]
         recall = np.array([search_recall(s, gold) for s in seen])
-        found_any = np.array([[tool in s for s in seen] for tool in tools], dtype=bool).reshape(len(tools), -1)
+        found_any = np.array([[tool in s for s in seen] for tool in tools], dtype=bool).reshape(len(tools), len(trajectories))
         n_tools = max(len(tools), 1)
-        credited = [sum(1 for _, f in first_discoveries(t, gold) if f) for t in trajectories]
-        zero_var = bool(np.all(z == 0.0))
+        credited = [sum(1 for _, f in events if f) for events in discoveries]
+        mismatches = sum(recorded_first_found_mismatches(t, d) for t, d in zip(trajectories, discoveries))
         return GroupCredit(
             rewards=recall,
             advantages=grpo_advantage(recall),
@@ -169,7 +205,8 @@ class ESM:
                 "mastered_tools": float(found_any.all(axis=1).sum() / n_tools),
                 "never_found_tools": float((~found_any.any(axis=1)).sum() / n_tools),
                 "positive_turns": float(np.mean([np.sum(a > 0) for a in turn_adv])),
-                "zero_var": float(zero_var),
+                "first_found_mismatches": float(mismatches),
+                "zero_var": float(bool(np.all(z == 0.0))),
             },
         )
 
@@ -180,20 +217,20 @@ class TCA:
 
     name = "tca"
     kind = "credit"
+    needs: frozenset[str] = frozenset()
 
     def __init__(self, gate: str = "full_retrieval", gate_group: str = "all"):
-        if gate not in TCA_GATES:
-            raise ValueError(f"unknown TCA gate {gate!r}; choose one of {TCA_GATES}")
-        if gate_group not in TCA_GATE_GROUPS:
-            raise ValueError(f"unknown TCA gate_group {gate_group!r}; choose one of {TCA_GATE_GROUPS}")
+        check_tca_options(gate, gate_group)
         self.gate, self.gate_group = gate, gate_group
 
     def score_group(self, trajectories: list[Trajectory], task: Task) -> GroupCredit:
         check_group(trajectories, task)
         gold = task.gold
-        adv = tca_selection_advantages(trajectories, gold, self.gate, self.gate_group)
-        s = np.array([selection_match(t.selection, gold) for t in trajectories])
-        on = np.array([tca_gate(t, gold, self.gate) for t in trajectories], dtype=bool)
+        s = selection_matches(trajectories, gold)
+        full = np.array([tca_gate(t, gold, "full_retrieval") for t in trajectories], dtype=bool)
+        answered = np.array([tca_gate(t, gold, "answered") for t in trajectories], dtype=bool)
+        on = full if self.gate == "full_retrieval" else answered
+        adv = _tca_advantage(s, on, self.gate_group)
         normalised = s if self.gate_group == "all" else s[on]
         return GroupCredit(
             rewards=s,
@@ -201,8 +238,8 @@ class TCA:
             turn_advantages=place_on_submit_turn(trajectories, adv),
             components={
                 "match": float(s.mean()),
-                "full_retrieval": float(np.mean([tca_gate(t, gold, "full_retrieval") for t in trajectories])),
-                "answered": float(np.mean([tca_gate(t, gold, "answered") for t in trajectories])),
+                "full_retrieval": float(full.mean()),
+                "answered": float(answered.mean()),
                 "gate_open": float(on.mean()),
                 "zero_var": float(is_zero_variance(normalised) or not on.any()),
             },
@@ -214,6 +251,7 @@ class _OutcomeReward:
 
     name = "outcome"
     kind = "outcome"
+    needs: frozenset[str] = frozenset()
 
     def reward(self, traj: Trajectory, gold: Collection[str]) -> float:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -221,11 +259,7 @@ class _OutcomeReward:
     def score_group(self, trajectories: list[Trajectory], task: Task) -> GroupCredit:
         check_group(trajectories, task)
         r = np.array([self.reward(t, task.gold) for t in trajectories], dtype=np.float64)
-        return GroupCredit(
-            rewards=r,
-            advantages=grpo_advantage(r),
-            components={"mean": float(r.mean()), "zero_var": float(is_zero_variance(r))},
-        )
+        return outcome_credit(r, {"mean": float(r.mean())})
 
 
 @register_reward("selection_f1")

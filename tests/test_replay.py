@@ -75,7 +75,7 @@ def test_replay_two_schemes_end_to_end(rollouts_file, tmp_path, capsys):
 
 def test_replay_with_a_yaml_config_scheme(rollouts_file, tmp_path):
     cfg = tmp_path / "gated.yaml"
-    cfg.write_text("reward:\n  modules:\n    esm: {weight: 1.0}\n    tca: {weight: 1.0, gate_group: gated}\n")
+    cfg.write_text("reward:\n  modules:\n    - {module: esm, weight: 1.0}\n    - {module: tca, weight: 1.0, gate_group: gated}\n")
     out = tmp_path / "r"
     assert main(["replay", str(rollouts_file), "--scheme", "toolsearcher", "--scheme", str(cfg), "--out", str(out)]) == 0
     report = json.loads((out / "replay.json").read_text())

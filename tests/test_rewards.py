@@ -14,6 +14,7 @@ from toolgym.rewards import (
     aggregate_components,
     build_reward,
     esm_turn_advantages,
+    first_discoveries,
     get_reward,
     grpo_advantage,
     grpo_advantage_masked,
@@ -207,7 +208,7 @@ def test_monitor_formulas_on_hand_numbers():
 # -- registry and config --------------------------------------------------------------------
 def test_registry_lists_modules_and_schemes():
     assert {"esm", "tca", "counterfactual", "preference", "monitors", "selection_f1"} <= set(reward_names())
-    assert set(scheme_names()) == {"toolsearcher", "magicselector", "grpo_f1", "grpo_match"}
+    assert set(scheme_names()) == {"toolsearcher", "esm_only", "tca_only", "magicselector", "grpo_f1", "grpo_match"}
     with pytest.raises(KeyError, match="unknown reward module"):
         get_reward("nope")
 
@@ -221,8 +222,8 @@ def test_register_a_new_module_and_use_it_in_a_config(csv_task, csv_group):
             r = np.array([float(t.num_turns) for t in trajectories])
             return GroupCredit(r, grpo_advantage(r), None, {"mean": float(r.mean())})
 
-    composite = build_reward({"modules": {"esm": {"weight": 1.0}, "tca": {"weight": 2.0, "gate_group": "gated"},
-                                          "len": {"module": "test_turn_count", "weight": 0.0}}})
+    composite = build_reward({"modules": [{"module": "esm", "weight": 1.0}, {"module": "tca", "weight": 2.0, "gate_group": "gated"},
+                                          {"module": "test_turn_count", "key": "len", "weight": 0.0}]})
     credit = composite.score_group(csv_group, csv_task)
     assert credit.components["len/mean"] == 4.0  # weight 0: logged only
     gated = tca_selection_advantages(csv_group, csv_task.gold, gate_group="gated")
@@ -233,18 +234,22 @@ def test_register_a_new_module_and_use_it_in_a_config(csv_task, csv_group):
 def test_config_from_omegaconf_and_scheme_key(csv_task, csv_group):
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.create({"scheme": "toolsearcher", "gate": "answered"})
+    cfg = OmegaConf.create({"name": "toolsearcher", "options": {"gate": "answered"}})
     credit = build_reward(cfg).score_group(csv_group, csv_task)
     d = 0.4 + 1e-6
     assert credit.turn_advantages[2][3] == pytest.approx(-0.2 / d)  # answered gate opens rollout 2
     with pytest.raises(ValueError, match="unknown option"):
-        build_reward({"modules": {"tca": {"gate_grop": "all"}}})
+        build_reward({"modules": [{"module": "tca", "gate_grop": "all"}]})
+    with pytest.raises(ValueError, match="unknown option 'gate_grop'"):
+        get_reward("toolsearcher", gate_grop="all")  # a scheme option no module takes
     with pytest.raises(ValueError, match="modules"):
         build_reward({"weights": {}})
+    with pytest.raises(ValueError, match="list"):
+        build_reward({"modules": {"esm": {"weight": 1.0}}})  # the one shape is a list
 
 
 def test_outcome_and_credit_modules_combine_by_the_documented_rule(csv_task, csv_group):
-    composite = build_reward({"modules": {"esm": {"weight": 0.5}, "selection_f1": {"weight": 1.0}}})
+    composite = build_reward({"modules": [{"module": "esm", "weight": 0.5}, {"module": "selection_f1", "weight": 1.0}]})
     credit = composite.score_group(csv_group, csv_task)
     f1 = np.array([1.0, 0.5, 2 / 3, 2 / 3, 2 / 3])
     a_out = (f1 - f1.mean()) / (f1.std() + 1e-6)
@@ -274,9 +279,118 @@ def test_every_shipped_reward_config_builds_and_scores(csv_task, csv_group):
         cfg = OmegaConf.load(path)["reward"]
         reward = build_reward(cfg, retrieve=lambda qs, k: [[PARSER, ENCODER][:k] for _ in qs],
                               embed=lambda texts: np.ones((len(texts), 3)))
-        task = decomposition if "magicselector" in path.name else csv_task
-        group = [Trajectory("csv2json", subtasks=["parse csv"], num_turns=1)] * 2 if task is decomposition else csv_group
+        task = decomposition if path.name.startswith(("magicselector", "decomposition")) else csv_task
+        group = ([Trajectory("csv2json", subtasks=["parse csv"], num_turns=1, env_reward=0.5)] * 2 if task is decomposition
+                 else csv_group)
         credit = reward.score_group(group, task)
         assert np.all(np.isfinite(credit.advantages)), path.name
     trainer_form = build_reward({"name": "toolsearcher", "options": {"gate": "answered"}})
     assert trainer_form.score_group(csv_group, csv_task).turn_advantages[2][3] < 0
+
+
+# -- one definition each: first discovery, credit over turns, schemes as data ------------------
+def test_first_found_is_one_function_in_rank_order_each_id_once():
+    from toolgym.data.records import first_found, first_found_per_search
+
+    assert first_found(["x", "b", "b", "a"], frozenset({"a", "b"}), {"x"}) == ["b", "a"]
+    assert first_found_per_search([["a", "x"], ["x", "a", "b"], ["b"]], {"a", "b"}) == [["a"], ["b"], []]
+    traj = make_traj("t", [["a", "x"], ["x", "a", "b"], ["b"]], None)
+    assert first_discoveries(traj, {"a", "b"}) == [(0, ["a"]), (1, ["b"]), (2, [])]
+
+
+def test_recorded_first_found_is_checked_not_trusted(csv_task, csv_group):
+    csv_group[0].events[0].first_found = [PARSER]  # agrees with the results
+    csv_group[0].events[1].first_found = [ENCODER]  # wrong: turn 1 finds nothing new
+    credit = ESM().score_group(csv_group, csv_task)
+    assert credit.turn_advantages[0][1] == 0.0
+    assert credit.components["first_found_mismatches"] == 1.0  # None (not recorded) is never a mismatch
+
+
+def test_rollout_turn_advantages_pads_cuts_and_broadcasts():
+    per_turn = GroupCredit(np.zeros(2), np.array([9.0, 9.0]), [np.array([1.0, -2.0]), np.array([0.5])])
+    np.testing.assert_array_equal(per_turn.rollout_turn_advantages(0, 3), [1.0, -2.0, 0.0])  # unscored turn: 0
+    np.testing.assert_array_equal(per_turn.rollout_turn_advantages(0, 1), [1.0])
+    np.testing.assert_array_equal(per_turn.rollout_turn_advantages(1, 0), np.zeros(0))
+    outcome = GroupCredit(np.zeros(2), np.array([0.25, -0.75]))
+    np.testing.assert_array_equal(outcome.rollout_turn_advantages(1, 3), [-0.75] * 3)
+    assert per_turn.token_advantage(0, 2) == 0.0 and outcome.token_advantage(1, 5) == -0.75
+    with pytest.raises(ValueError, match="num_turns"):
+        outcome.rollout_turn_advantages(0, -1)
+
+
+def test_trainer_and_replay_spread_credit_the_same_way(csv_task, csv_group):
+    from toolgym.trainers.grpo import trajectory_token_advantages
+    from toolgym.trainers.replay_cmd import turn_matrix
+
+    for scheme in ("toolsearcher", "grpo_match"):
+        credit = get_reward(scheme).score_group(csv_group, csv_task)
+        matrix = turn_matrix(credit, csv_group)
+        for i, traj in enumerate(csv_group):
+            # one token per turn: the token advantages are the per-turn advantages
+            spans = [(t + 1, t + 2) for t in range(traj.num_turns)]
+            tokens = Trajectory(traj.task_id, token_ids=list(range(traj.num_turns + 1)), turn_spans=spans)
+            np.testing.assert_allclose(trajectory_token_advantages(tokens, credit, i)[1:], matrix[i], rtol=1e-6)  # float32 tokens
+            assert [credit.token_advantage(i, t) for t in range(traj.num_turns)] == matrix[i].tolist()
+
+
+def test_ablation_schemes_are_each_half_of_toolsearcher(csv_task, csv_group):
+    full = get_reward("toolsearcher").score_group(csv_group, csv_task)
+    esm = get_reward("esm_only").score_group(csv_group, csv_task)
+    tca = get_reward("tca_only", gate_group="gated").score_group(csv_group, csv_task)
+    z_enc = 0.6 / (math.sqrt(0.24) + 1e-6)
+    np.testing.assert_allclose(esm.turn_advantages[0], [0, 0, z_enc, 0])  # no selection credit
+    np.testing.assert_allclose(tca.turn_advantages[0], [0, 0, 0, 0.5 / 0.500001])  # gated group: [1, 0] -> ±1
+    assert esm.components["tca/match"] == pytest.approx(0.2)  # weight 0: logged, no effect
+    tca_all = get_reward("tca_only").score_group(csv_group, csv_task)
+    for i in range(5):
+        np.testing.assert_allclose(esm.turn_advantages[i] + tca_all.turn_advantages[i], full.turn_advantages[i])
+
+
+def test_scheme_options_route_to_the_modules_that_take_them():
+    from toolgym.rewards.composite import scheme_config
+
+    cfg = scheme_config("magicselector", alpha=0.25, k=5, fusion="rrf")
+    by_module = {e["module"]: e for e in cfg["modules"]}
+    assert by_module["preference"]["weight"] == 0.25 and by_module["counterfactual"]["weight"] == 1.0
+    assert by_module["counterfactual"]["k"] == 5 and "k" not in by_module["preference"]
+    assert scheme_config("toolsearcher", gate="answered")["modules"][1] == {"module": "tca", "weight": 1.0, "gate": "answered"}
+
+
+def test_modules_declare_the_runtime_objects_they_need():
+    from toolgym.rewards import runtime_needs
+
+    assert runtime_needs("magicselector") == {"retrieve"}
+    assert runtime_needs("toolsearcher") == frozenset()
+    assert runtime_needs({"modules": [{"module": "env_return"}, {"module": "preference"}]}) == frozenset()
+    assert runtime_needs({"modules": [{"module": "counterfactual", "k": 3}]}) == {"retrieve"}
+    with pytest.raises(ValueError, match="needs runtime retrieve"):
+        get_reward("magicselector")
+    with pytest.raises(ValueError, match="needs runtime retrieve"):
+        get_reward("counterfactual", k=3)
+    with pytest.raises(ValueError, match="unknown runtime"):
+        build_reward({"name": "toolsearcher"}, retriever=lambda qs, k: [])
+
+
+def test_get_reward_takes_a_config_and_keeps_the_trainer_call(csv_task, csv_group):
+    by_config = get_reward({"modules": [{"module": "esm", "weight": 1.0}, {"module": "tca", "weight": 1.0, "gate": "answered"}]})
+    trainer_call = get_reward("toolsearcher", retrieve=lambda qs, k: [[] for _ in qs], gate="answered")
+    a, b = by_config.score_group(csv_group, csv_task), trainer_call.score_group(csv_group, csv_task)
+    for x, y in zip(a.turn_advantages, b.turn_advantages):
+        np.testing.assert_allclose(x, y)
+    with pytest.raises(ValueError, match="inside the config"):
+        get_reward({"name": "toolsearcher"}, gate="answered")
+
+
+def test_env_return_reads_the_envs_own_reward():
+    task = Task(id="d", query="q", gold=frozenset({"a"}))
+    group = [Trajectory("d", num_turns=1, env_reward=r) for r in (1.0, 0.0, 0.0, 0.0)]
+    credit = get_reward("env_return").score_group(group, task)
+    np.testing.assert_allclose(credit.advantages, np.array([0.75, -0.25, -0.25, -0.25]) / (math.sqrt(0.1875) + 1e-6))
+    assert credit.components["mean"] == 0.25 and credit.components["zero_var"] == 0.0
+    group[2].env_reward = None
+    with pytest.raises(ValueError, match=r"rollout\(s\) \[2\] have no env_reward"):
+        get_reward("env_return").score_group(group, task)
+    # in a composite with the preference weight the decomposition env's R_cf is used as is
+    joint = build_reward({"modules": [{"module": "env_return", "weight": 2.0}, {"module": "monitors", "weight": 0.0}]})
+    group[2].env_reward = 0.5
+    np.testing.assert_allclose(joint.score_group(group, task).rewards, [2.0, 0.0, 1.0, 0.0])

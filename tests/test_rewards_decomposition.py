@@ -18,9 +18,8 @@ from toolgym.rewards import (
     grpo_advantage,
     joint_decomposition_reward,
     preference_reward,
-    soft_subtask_f1,
 )
-from toolgym.rewards.preference import PREFERENCE_CRITERIA, parse_judge_scores
+from toolgym.rewards.preference import PREFERENCE_CRITERIA, parse_judge_scores, soft_subtask_f1
 
 L3 = 1 / math.log2(3)  # discount of rank 2
 L4 = 1 / math.log2(4)  # discount of rank 3
@@ -200,7 +199,7 @@ def test_hf_reward_model_scorer_matches_a_manual_forward(tiny_rm):
     cands = [["Find a sushi restaurant"], ["Book a taxi", "Play jazz"], []]
     s = scorer.score(TASK, cands)
     assert s.shape == (3,) and np.all(np.isfinite(s))
-    enc = tok(RAW, "1. Book a taxi\n2. Play jazz", return_tensors="pt")
+    enc = tok(TASK.dialogue_text(), "1. Book a taxi\n2. Play jazz", return_tensors="pt")  # the reader sees the dialogue
     with torch.inference_mode():
         manual = model(**enc).logits[0, 0].item()
     assert s[1] == pytest.approx(manual, abs=1e-5)

@@ -8,8 +8,6 @@ from hypothesis import strategies as st
 from toolgym.data.records import SearchEvent, Task, Trajectory
 from toolgym.rewards import (
     TCA,
-    encode_search_groups,
-    esm_tca_batch,
     esm_tool_advantages,
     esm_turn_advantages,
     first_discoveries,
@@ -19,6 +17,18 @@ from toolgym.rewards import (
 )
 
 TOOLS = [f"t{j}" for j in range(8)]
+
+
+def vectorised_credit():
+    """benchmarks/vectorised_credit.py: the numpy comparison path (not part of the package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "vectorised_credit.py"
+    spec = importlib.util.spec_from_file_location("vectorised_credit", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 SETTINGS = settings(max_examples=60, deadline=None)
 
 
@@ -130,10 +140,42 @@ def test_tca_is_zero_wherever_the_gate_is_off(group, gate, gate_group):
 @given(st.lists(groups(size=4), min_size=1, max_size=6), st.sampled_from(["full_retrieval", "answered"]),
        st.sampled_from(["all", "gated"]))
 def test_vectorised_path_agrees_with_the_loop(batch, gate, gate_group):
-    vec = esm_tca_batch(encode_search_groups(batch), gate=gate, gate_group=gate_group)
+    vc = vectorised_credit()
+    vec = vc.esm_tca_batch(vc.encode_search_groups(batch, gate=gate), gate_group=gate_group)
     scheme = get_reward("toolsearcher", gate=gate, gate_group=gate_group)
     for b, (task, trajs) in enumerate(batch):
         credit = scheme.score_group(trajs, task)
         for g, adv in enumerate(credit.turn_advantages):
             np.testing.assert_allclose(vec[b, g, : len(adv)], adv, atol=1e-9)
             np.testing.assert_array_equal(vec[b, g, len(adv):], 0.0)
+
+
+JUDGE_PIECES = st.sampled_from(['{', '}', '[', ']', '"completeness"', '"accuracy"', "coreference resolution", ':', ',', ' ',
+                                '7', '-3.5', '1e999', 'NaN', '9' * 5000, 'standard_expression', 'context_consistency: 8'])
+
+
+@SETTINGS
+@given(st.one_of(st.text(max_size=500), st.lists(JUDGE_PIECES, max_size=60).map("".join)))
+def test_judge_parser_never_raises_and_returns_finite_scores(text):
+    import math
+
+    from toolgym.rewards.preference import PREFERENCE_CRITERIA, parse_judge_scores
+
+    out = parse_judge_scores(text)
+    assert out is None or (set(out) == set(PREFERENCE_CRITERIA) and all(math.isfinite(v) for v in out.values()))
+
+
+@SETTINGS
+@given(groups(), st.sampled_from(["toolsearcher", "esm_only", "tca_only", "grpo_f1"]))
+def test_every_consumer_spreads_credit_over_turns_the_same_way(group, scheme):
+    from toolgym.trainers.replay_cmd import turn_matrix
+
+    task, trajs = group
+    credit = get_reward(scheme).score_group(trajs, task)
+    for i, (traj, cells) in enumerate(zip(trajs, turn_matrix(credit, trajs))):
+        assert cells.shape == (traj.num_turns,)
+        if credit.turn_advantages is not None:
+            np.testing.assert_array_equal(cells, credit.turn_advantages[i])
+        else:
+            np.testing.assert_array_equal(cells, credit.advantages[i])
+        assert [credit.token_advantage(i, t) for t in range(traj.num_turns)] == cells.tolist()

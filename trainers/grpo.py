@@ -79,17 +79,11 @@ def token_advantages(num_tokens: int, turn_spans: Sequence[tuple[int, int]], tur
 def trajectory_token_advantages(trajectory: Any, credit: Any, index: int) -> np.ndarray:
     """Token advantages of rollout ``index`` of a group from a reward module's ``GroupCredit``.
 
-    Turn ``t`` gets ``credit.turn_advantages[index][t]`` when the scheme gives per-turn credit,
-    else the outcome advantage ``credit.advantages[index]`` is broadcast to every turn.
+    One value per turn span from ``credit.rollout_turn_advantages(index, len(turn_spans))`` (per-turn
+    credit, zero-padded past the turns the scheme scored; else the outcome advantage on every turn).
     """
     spans = trajectory.turn_spans or []
-    if credit.turn_advantages is not None:
-        per_turn = np.asarray(credit.turn_advantages[index], dtype=np.float64)
-        if len(per_turn) < len(spans):  # turns the scheme did not score (e.g. a cut last turn) get 0
-            per_turn = np.concatenate([per_turn, np.zeros(len(spans) - len(per_turn))])
-    else:
-        per_turn = np.full(len(spans), float(credit.advantages[index]))
-    return token_advantages(len(trajectory.token_ids), spans, per_turn)
+    return token_advantages(len(trajectory.token_ids), spans, credit.rollout_turn_advantages(index, len(spans)))
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

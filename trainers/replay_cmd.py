@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from toolgym.data.records import Task, Trajectory, read_rollouts
-from toolgym.rewards import SCHEMES_NEEDING_RETRIEVAL, GroupCredit, aggregate_components, build_reward, get_scheme, scheme_names
+from toolgym.rewards import GroupCredit, aggregate_components, build_reward, runtime_needs, scheme_names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,24 +66,36 @@ def make_retrieve(dataset: str | None, corpus_path: str | None, method: str) -> 
     return retrieve
 
 
+def load_reward_config(path: Path) -> Any:
+    """A YAML reward config (``reward:`` or top level); bad YAML is one clear ``ValueError`` line."""
+    from omegaconf import OmegaConf
+
+    if not path.exists():
+        raise FileNotFoundError(f"reward config {path} not found")
+    try:
+        plain = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as exc:  # yaml.YAMLError, omegaconf's interpolation errors: say where, not a traceback
+        first = " ".join(str(exc).split())[:200]
+        raise ValueError(f"{path}: not a valid YAML reward config ({type(exc).__name__}: {first})") from None
+    plain = plain.get("reward", plain) if isinstance(plain, dict) else plain
+    if not isinstance(plain, dict):
+        raise ValueError(f"{path}: a reward config must be a mapping ('reward: {{modules: [...]}}'), got {type(plain).__name__}")
+    return plain
+
+
 def build_scheme(spec: str, retrieve: Callable | None) -> tuple[str, Any]:
     """(label, reward) for a scheme name or a YAML config path."""
     if spec.endswith((".yaml", ".yml")):
-        from omegaconf import OmegaConf
-
         path = Path(spec)
-        if not path.exists():
-            raise FileNotFoundError(f"reward config {spec} not found")
-        cfg = OmegaConf.load(path)
-        cfg = cfg.get("reward", cfg)
-        plain = OmegaConf.to_container(cfg, resolve=True)
-        needs = "counterfactual" in json.dumps(plain) or any(plain.get(k) in SCHEMES_NEEDING_RETRIEVAL for k in ("scheme", "name"))
-        if needs and retrieve is None:
-            raise ValueError(f"{spec} retrieves tools: give --dataset NAME or --corpus PATH")
-        return path.stem, build_reward(cfg, retrieve=retrieve)
-    if spec in SCHEMES_NEEDING_RETRIEVAL and retrieve is None:
-        raise ValueError(f"scheme {spec!r} retrieves tools: give --dataset NAME or --corpus PATH")
-    return spec, get_scheme(spec, **({"retrieve": retrieve} if spec in SCHEMES_NEEDING_RETRIEVAL else {}))
+        label, config = path.stem, load_reward_config(path)
+    else:
+        label, config = spec, {"name": spec}
+    try:
+        if "retrieve" in runtime_needs(config) and retrieve is None:
+            raise ValueError("it retrieves tools: give --dataset NAME or --corpus PATH")
+        return label, build_reward(config, retrieve=retrieve)
+    except (KeyError, ValueError) as exc:  # one line naming the --scheme it came from (KeyError without quotes)
+        raise ValueError(f"--scheme {spec}: {exc.args[0] if exc.args else exc}") from None
 
 
 def score_all(name: str, reward: Any, groups: list[tuple[Task, list[Trajectory]]]) -> SchemeScores:
@@ -103,24 +115,27 @@ def score_all(name: str, reward: Any, groups: list[tuple[Task, list[Trajectory]]
 
 
 def turn_matrix(credit: GroupCredit, trajs: list[Trajectory]) -> list[np.ndarray]:
-    """Per rollout the advantage of each turn (outcome advantage broadcast when no turn credit)."""
-    if credit.turn_advantages is not None:
-        return [np.asarray(a, dtype=np.float64) for a in credit.turn_advantages]
-    return [np.full(max(t.num_turns, 1), credit.advantages[i]) for i, t in enumerate(trajs)]
+    """Per rollout the advantage of each of its ``num_turns`` turns (:meth:`GroupCredit.rollout_turn_advantages`)."""
+    return [credit.rollout_turn_advantages(i, max(t.num_turns, 0)) for i, t in enumerate(trajs)]
+
+
+def paired_cells(a: SchemeScores, b: SchemeScores, groups: list[tuple[Task, list[Trajectory]]]) -> tuple[np.ndarray, np.ndarray]:
+    """The per-turn advantages of two schemes over every (rollout, turn) cell both scored, flattened."""
+    xa: list[np.ndarray] = []
+    xb: list[np.ndarray] = []
+    for gi in sorted(a.credits.keys() & b.credits.keys()):
+        trajs = groups[gi][1]
+        xa += turn_matrix(a.credits[gi], trajs)
+        xb += turn_matrix(b.credits[gi], trajs)
+    flat = lambda cells: np.concatenate(cells) if cells else np.zeros(0)  # noqa: E731
+    return flat(xa), flat(xb)
 
 
 def compare(a: SchemeScores, b: SchemeScores, groups: list[tuple[Task, list[Trajectory]]]) -> dict[str, Any]:
     """Sign agreement and Spearman ρ of per-turn advantages over the cells both schemes scored."""
     from scipy.stats import spearmanr
 
-    xa, xb = [], []
-    for gi in sorted(a.credits.keys() & b.credits.keys()):
-        trajs = groups[gi][1]
-        for ta, tb in zip(turn_matrix(a.credits[gi], trajs), turn_matrix(b.credits[gi], trajs)):
-            n = min(len(ta), len(tb))
-            xa.extend(ta[:n])
-            xb.extend(tb[:n])
-    x, y = np.asarray(xa), np.asarray(xb)
+    x, y = paired_cells(a, b, groups)
     result: dict[str, Any] = {"schemes": [a.name, b.name], "cells": int(x.size)}
     if x.size == 0:
         return {**result, "sign_agreement": None, "sign_agreement_nonzero": None, "spearman": None}
@@ -190,12 +205,7 @@ def plot_report(out: Path, report: dict[str, Any], scored: list[SchemeScores], g
     ax = axes[1]
     if len(scored) >= 2:
         a, b = scored[0], scored[1]
-        xs, ys = [], []
-        for gi in sorted(a.credits.keys() & b.credits.keys()):
-            for ta, tb in zip(turn_matrix(a.credits[gi], groups[gi][1]), turn_matrix(b.credits[gi], groups[gi][1])):
-                n = min(len(ta), len(tb))
-                xs.extend(ta[:n])
-                ys.extend(tb[:n])
+        xs, ys = paired_cells(a, b, groups)
         ax.scatter(xs, ys, s=8, alpha=0.5)
         ax.axhline(0, color="grey", lw=0.5)
         ax.axvline(0, color="grey", lw=0.5)
