@@ -264,21 +264,24 @@ def test_seal_tools_loader_reads_any_split_file(tmp_path):
     split.write_text(
         json.dumps({"id": "test-difficult-7", "query": "q", "calling": [{"api": "getWaterQuality"}, {"api": "findShelter"}]}) + "\n"
     )
-    corpus, tasks = load_seal_tools(split, root / "tool.jsonl")
+    d = load_seal_tools(split, root / "tool.jsonl")
+    corpus, tasks = d.corpus, d.tasks
     assert len(corpus) == 4076
     assert tasks == [Task(id="test-difficult-7", query="q", gold=frozenset({"getWaterQuality", "findShelter"}), split="test", group="difficult")]
 
 
 def test_stabletoolbench_loader_reads_one_file():
     f = _need_shared() / "stabletoolbench" / "solvable_queries" / "test_instruction" / "G3_instruction.json"
-    corpus, tasks = load_stabletoolbench(f)
+    d = load_stabletoolbench(f)
+    corpus, tasks = d.corpus, d.tasks
     assert len(tasks) == 61 and {t.group for t in tasks} == {"G3_instruction"}
     assert all(t.gold <= set(corpus.ids) for t in tasks)
 
 
 def test_api_bank_loader_reads_one_dialogue():
     f = _need_shared() / "api_bank" / "api-bank" / "lv1-lv2-samples" / "level-1-given-desc" / "AddAgenda-level-1-1.jsonl"
-    corpus, tasks, dropped = load_api_bank(f)
+    d = load_api_bank(f)
+    corpus, tasks = d.corpus, d.tasks
     assert len(corpus) == 101 and [t.id for t in tasks] == ["level-1-given-desc/AddAgenda-level-1-1#5"]
 
 
@@ -287,7 +290,8 @@ def test_toolgym_jsonl_round_trip(tmp_path):
     tasks = [Task(id="t1", query="do a", gold=frozenset({"a"}), messages=({"role": "user", "content": "hi"},), subtasks=("a",))]
     for suffix in (".jsonl", ".jsonl.gz"):
         save_corpus_and_tasks(corpus, tasks, tmp_path / f"c{suffix}", tmp_path / f"t{suffix}")
-        c2, t2 = load_corpus_and_tasks(tmp_path / f"c{suffix}", tmp_path / f"t{suffix}")
+        d = load_corpus_and_tasks(tmp_path / f"c{suffix}", tmp_path / f"t{suffix}")
+        c2, t2 = d.corpus, d.tasks
         assert [t.to_dict() for t in c2] == [t.to_dict() for t in corpus] and t2 == tasks
 
 
@@ -373,7 +377,7 @@ def test_gold_missing_from_corpus_is_an_error_or_a_counted_drop(tmp_path):
     )
     with pytest.raises(DatasetFormatError, match=re.escape(f"{tasks}:1: gold tool id(s) ['zz'] of task '1'")):
         load_corpus_and_tasks(corpus, tasks)
-    _, kept = load_corpus_and_tasks(corpus, tasks, missing_gold="drop")
+    kept = load_corpus_and_tasks(corpus, tasks, missing_gold="drop").tasks
     assert [(t.id, t.gold) for t in kept] == [("1", frozenset({"a"}))]
 
 
@@ -424,6 +428,7 @@ def test_csv_with_byte_order_mark_keeps_its_header(tmp_path):
     root = _need_shared() / "metatool" / "dataset"
     f = tmp_path / "queries.csv"
     f.write_bytes("\ufeffQuery,Tool\nWhat is the weather?,WeatherTool\n".encode("utf-8"))
-    _, tasks, dropped = load_metatool(f, root / "plugin_des.json")
+    d = load_metatool(f, root / "plugin_des.json")
+    tasks, dropped = d.tasks, d.dropped
     assert [(t.id, t.query, t.gold) for t in tasks] == [("metatool-2", "What is the weather?", frozenset({"WeatherTool"}))]
     assert dropped == {"duplicate_rows": 0, "ambiguous_queries": 0}
