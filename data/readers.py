@@ -165,7 +165,8 @@ def read_json(path: str | Path, *, max_chars: int = MAX_JSON_CHARS, max_depth: i
 def iter_csv_numbered(path: str | Path) -> Iterator[tuple[int, dict[str, str]]]:
     """Yield ``(line number, row)`` keyed by the header; a row with the wrong number of fields,
     an unclosed quote (a truncated file) or a field over ``csv.field_size_limit()`` raises
-    ``DatasetFormatError(file:line)``."""
+    ``DatasetFormatError(file:line)``. The line is where the row *ends* (a quoted field may
+    span lines); MetaTool task ids are built from it, so it stays that way."""
     path = _require_regular_file(path)
     with open_text(path) as f:
         reader = csv.reader(f, strict=True)
