@@ -122,6 +122,7 @@ class ToolCorpus:
 
     # -- persistence ----------------------------------------------------------------------
     def save_jsonl(self, path: str | Path) -> None:
+        """One ``Tool.to_dict()`` per line; ``toolgym.data.load_corpus`` reads it back."""
         with open(path, "w", encoding="utf-8") as f:
             for tool in self.tools:
                 f.write(json.dumps(tool.to_dict(), ensure_ascii=False) + "\n")

@@ -467,7 +467,7 @@ class ToolIndex:
         out: list = [None] * len(qvecs)
         rows = groups.get(None)
         if rows:
-            scores, top = self._faiss.search(qvecs[rows], min(k, len(self._ids)))
+            top, scores = self._faiss_topk(qvecs[rows], k)
             for i, res in zip(rows, self._pack(top, scores, None)):
                 out[i] = res
         filtered = [i for c, r in groups.items() if c is not None for i in r]
@@ -483,6 +483,25 @@ class ToolIndex:
             for q, res in zip(filtered, sub_out):
                 out[q] = res
         return out
+
+    def _faiss_topk(self, qvecs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """faiss top-k with the tie rule of :func:`_top_k_rows` (ties by corpus order, for every k).
+
+        faiss orders exact ties (duplicate texts embed identically) by its heap, not by id, and
+        may let a different tied tool in at the edge for a different k. So: search deeper than
+        k until each row's run of ties at its k-th score ends inside the list (usually one
+        search of depth k + 1), then sort by (-score, position) and cut at k. Always the whole
+        batch, so faiss computes every score the same way (it switches to BLAS from 20 queries).
+        """
+        n = len(self._ids)
+        depth = min(k + 1, n)
+        while True:
+            scores, top = self._faiss.search(qvecs, depth)
+            if depth == n or not np.any(scores[:, k - 1] == scores[:, depth - 1]):
+                break
+            depth = min(n, 2 * depth)
+        order = np.lexsort((top, -scores), axis=1)[:, :k]
+        return np.take_along_axis(top, order, axis=1), np.take_along_axis(scores, order, axis=1)
 
     @staticmethod
     def _rrf(lex: SearchResult, den: SearchResult, k: int) -> SearchResult:

@@ -649,3 +649,12 @@ def test_retrieval_never_imports_data():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
             assert not any(n.startswith("toolgym.data") for n in names), path
+
+
+def test_corpus_save_jsonl_reads_back_with_load_corpus(tmp_path):
+    from toolgym.data import load_corpus
+
+    corpus = ToolCorpus([Tool("a", "A", "does a", "X", {"type": "object"}), Tool("b", "B", "does b")], name="mini")
+    corpus.save_jsonl(tmp_path / "tools.jsonl")
+    back = load_corpus(tmp_path / "tools.jsonl")
+    assert back.name == "tools" and [t.to_dict() for t in back] == [t.to_dict() for t in corpus]

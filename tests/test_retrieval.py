@@ -296,3 +296,20 @@ def test_public_surface_lists_what_exists():
         assert module.__all__ and all(hasattr(module, name) for name in module.__all__), module.__name__
     assert {"build_index", "ToolCorpus", "SearchResult", "ndcg_at_k", "fuse_rrf"} <= set(toolgym.retrieval.__all__)
     assert {"load_dataset", "Dataset", "DatasetFormatError", "Task", "load_corpus"} <= set(toolgym.data.__all__)
+
+
+def test_dense_ties_break_by_corpus_order_for_every_k(cache_dir):
+    # Identical texts embed identically: exact ties, which faiss alone orders by its heap.
+    descriptions = ["book a flight", "weather forecast", "book a flight", "convert currency", "book a flight",
+                    "weather forecast", "translate text", "book a flight"]
+    corpus = ToolCorpus([Tool(f"t{i}", f"t{i}", d, "C" if i % 2 else "D") for i, d in enumerate(descriptions)],
+                        name="ties", text_template="{description}")
+    index = build_index(corpus, "dense", cache_dir=cache_dir, cache_size=0)
+    queries = ["book a flight", "weather forecast", "book a flight to Rome"]
+    full = index.search_batch(queries, k=len(corpus))
+    assert full[0].ids[:4] == ("t0", "t2", "t4", "t7")  # the four tied copies, in corpus order
+    for k in range(1, len(corpus) + 1):
+        assert index.search_batch(queries, k=k) == [SearchResult(r.ids[:k], r.scores[:k]) for r in full], k
+        filtered = index.search_batch(queries, ["D"] * 3, k=k)
+        deep = index.search_batch(queries, ["D"] * 3, k=len(corpus))
+        assert filtered == [SearchResult(r.ids[:k], r.scores[:k]) for r in deep], k
