@@ -71,7 +71,8 @@ def build(data_root: Path) -> dict[str, bytes]:
     for name, spec in DATASETS.items():
         if not spec.bundled:
             continue
-        corpus, tasks, dropped = spec.source(data_root)
+        loaded = spec.source(data_root)
+        corpus, tasks, dropped = loaded.corpus, loaded.tasks, loaded.dropped
         corpus_file = f"{spec.corpus_file}.corpus.jsonl.gz"
         tasks_file = f"{name}.tasks.jsonl.gz"
         corpus_bytes = encode_jsonl([t.to_dict() for t in corpus], gz=True)

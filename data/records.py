@@ -23,6 +23,22 @@ class Task:
     group: str | None = None  # benchmark-specific label, e.g. StableToolBench "G1_instruction"
 
     def __post_init__(self) -> None:
+        # A task that can never be solved (no gold) or whose query is not text (JSON null would
+        # be searched as "None") is a data error: refuse it here, where every loader passes.
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"task id must be a non-empty string, got {self.id!r}")
+        if not isinstance(self.query, str):
+            raise ValueError(f"task {self.id!r}: query must be a string, got {type(self.query).__name__}")
+        if not self.query.strip():
+            raise ValueError(f"task {self.id!r}: query is empty")
+        if isinstance(self.gold, (str, bytes)) or not isinstance(self.gold, (set, frozenset, list, tuple)):
+            raise ValueError(f"task {self.id!r}: gold must be a collection of tool ids, got {type(self.gold).__name__}")
+        if not all(isinstance(g, str) and g for g in self.gold):
+            raise ValueError(f"task {self.id!r}: gold tool ids must be non-empty strings, got {sorted(map(repr, self.gold))}")
+        if not self.gold:
+            raise ValueError(f"task {self.id!r}: gold is empty (a task needs at least one gold tool)")
+        if self.category is not None and not isinstance(self.category, str):
+            raise ValueError(f"task {self.id!r}: category must be a string or null, got {type(self.category).__name__}")
         object.__setattr__(self, "gold", frozenset(self.gold))
         object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
         if self.subtasks is not None:
@@ -62,8 +78,8 @@ class Task:
     def from_dict(cls, d: dict[str, Any]) -> "Task":
         return cls(
             id=str(d["id"]),
-            query=str(d["query"]),
-            gold=frozenset(d["gold"]),
+            query=d["query"],  # not str(): a null query must be refused, not searched as "None"
+            gold=d["gold"],
             messages=tuple(d.get("messages") or ()),
             category=d.get("category"),
             subtasks=tuple(d["subtasks"]) if d.get("subtasks") is not None else None,
@@ -199,7 +215,7 @@ def write_rollouts(path: str | Path, groups: Iterable[tuple[Task, list[Trajector
 
 def read_rollouts(path: str | Path) -> list[tuple[Task, list[Trajectory]]]:
     """Read a file written by :func:`write_rollouts`; a bad line names the file and line."""
-    from toolgym.retrieval.jsonl import DatasetFormatError, iter_jsonl
+    from toolgym.data.readers import DatasetFormatError, iter_jsonl
 
     groups = []
     for i, rec in enumerate(iter_jsonl(path), start=1):

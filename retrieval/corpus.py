@@ -18,6 +18,16 @@ class Tool:
     category: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
+    def __post_init__(self) -> None:
+        # Categories are dictionary keys and filter values: a list or number here would fail
+        # far away (or silently never match), so refuse it at construction.
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"tool id must be a non-empty string, got {self.id!r}")
+        if self.category is not None and not isinstance(self.category, str):
+            raise ValueError(f"tool {self.id!r}: category must be a string or null, got {type(self.category).__name__}")
+        if not isinstance(self.parameters, dict):
+            raise ValueError(f"tool {self.id!r}: parameters must be an object, got {type(self.parameters).__name__}")
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -28,7 +38,7 @@ class Tool:
             name=str(record.get("name", record["id"])),
             description=str(record.get("description") or ""),
             category=record.get("category"),
-            parameters=dict(record.get("parameters") or {}),
+            parameters=record.get("parameters") or {},
         )
 
 
@@ -112,16 +122,10 @@ class ToolCorpus:
 
     # -- persistence ----------------------------------------------------------------------
     def save_jsonl(self, path: str | Path) -> None:
+        """One ``Tool.to_dict()`` per line; ``toolgym.data.load_corpus`` reads it back."""
         with open(path, "w", encoding="utf-8") as f:
             for tool in self.tools:
                 f.write(json.dumps(tool.to_dict(), ensure_ascii=False) + "\n")
-
-    @classmethod
-    def load_jsonl(cls, path: str | Path, name: str | None = None, text_template: str | None = None) -> "ToolCorpus":
-        from toolgym.retrieval.jsonl import read_jsonl
-
-        tools = [Tool.from_dict(rec) for rec in read_jsonl(path)]
-        return cls(tools, name=name or Path(path).stem, text_template=text_template)
 
     def __repr__(self) -> str:
         return f"ToolCorpus({self.name!r}, {len(self)} tools, {len(self.categories)} categories)"

@@ -21,12 +21,13 @@ The dense embedding matrix is cached on disk as ``emb-<model>-<corpus hash>.npy`
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,64 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("TOOLGYM_CACHE") or Path.home() / ".cache" / "toolgym")
 
 
+def available_cpus() -> int:
+    """CPU cores this process may run on (its affinity mask, which container limits set)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_encode_threads(device: str = "cpu") -> int | None:
+    """Torch intra-op threads for query/corpus encoding; ``None`` = leave torch's setting.
+
+    On a CPU with <= 2 cores, one thread: encoding the 700 Seal-Tools dev queries on a busy
+    2-core box took 332 s with two threads and 101 s with one (load average 11-14; an earlier
+    run on the same box: 70-92 s vs 12 s); the two threads wait on each other while other
+    processes hold the cores (docs/retrieval.md). A GPU, or a bigger CPU, keeps torch's default.
+    """
+    if device.startswith("cpu") and available_cpus() <= 2:
+        return 1
+    return None
+
+
+def default_encode_batch_size(device: str = "cpu") -> int:
+    """Texts per encoder call: small on CPU (measured on 64 Seal-Tools requests, 2 cores:
+    37 ms/query at batch 64, 19 at 8, 27 one by one); a GPU wants large batches."""
+    return 64 if device.startswith("cuda") else 8
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    """Run the body with ``n`` torch intra-op threads, then restore (``None``: unchanged).
+
+    ``torch.set_num_threads`` is process-wide, so a concurrent encode elsewhere in the process
+    sees the same setting while this one runs.
+    """
+    if n is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    if before == n:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _check_positive(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+    return int(value)
+
+
 def _check_k(k: int) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise ValueError(f"k must be a positive integer, got {k!r}")
@@ -79,13 +138,21 @@ def _check_query(query: str) -> str:
 def _top_k_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Row-wise top-k of a (queries x docs) score matrix: (positions, scores), best first.
 
-    ``argpartition`` then a sort of the k survivors, so a batch costs O(n) per row, not
-    O(n log n). Ties inside the top-k break by position (lower index first).
+    Ties break by position (lower index, i.e. corpus order, first) both *inside* the top-k and
+    at its edge: which tied documents enter depends only on the scores, never on k, so
+    ``top-k == top-K[:k]`` for every k <= K. ``np.partition`` finds each row's k-th largest
+    score t (O(n) per row, not a full sort); everything above t is in, and the tied-at-t
+    documents fill the remaining places in position order (a cumulative count over the row).
     """
     n = scores.shape[1]
     k = min(k, n)
     if k < n:
-        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1 : k]  # (rows, 1): the k-th largest
+        above = scores > kth
+        tied = scores == kth
+        room = k - above.sum(axis=1, keepdims=True)
+        take = above | (tied & (np.cumsum(tied, axis=1) <= room))
+        part = np.nonzero(take)[1].reshape(scores.shape[0], k)  # exactly k per row, ascending
     else:
         part = np.broadcast_to(np.arange(n), scores.shape).copy()
     part_scores = np.take_along_axis(scores, part, axis=1)
@@ -116,10 +183,18 @@ class _BM25:
         s = self.retriever.scores
         # bm25s stores, per vocabulary id, the documents containing it and their BM25 weight:
         # exactly the CSR layout of a (vocab x docs) matrix.
-        self.weights = sp.csr_matrix(
-            (s["data"], s["indices"], s["indptr"]), shape=(len(s["indptr"]) - 1, s["num_docs"])
-        )
-        self.vocab: dict[str, int] = self.retriever.vocab_dict
+        weights = sp.csr_matrix((s["data"], s["indices"], s["indptr"]), shape=(len(s["indptr"]) - 1, s["num_docs"]))
+        # bm25s numbers its vocabulary in set order, which follows PYTHONHASHSEED; a query's
+        # float32 sum runs in column order, so near-ties would flip between processes.
+        # Renumbering the terms alphabetically makes the ranking a function of the input alone.
+        # bm25s also lists "" (its empty-document token, last id) with no weight row: leave it out.
+        ids = self.retriever.vocab_dict
+        terms = sorted((t for t in ids if ids[t] < weights.shape[0]), key=ids.get)  # in bm25s id order
+        if [ids[t] for t in terms] != list(range(weights.shape[0])):
+            raise RuntimeError("unexpected bm25s vocabulary layout (ids are not 0..V-1); check the bm25s version")
+        alphabetical = np.argsort(np.array(terms, dtype=object), kind="stable")  # new id -> bm25s id
+        self.weights = weights[alphabetical]
+        self.vocab: dict[str, int] = {terms[old]: new for new, old in enumerate(alphabetical.tolist())}
         self.num_docs = int(s["num_docs"])
         from bm25s.stopwords import STOPWORDS_EN
 
@@ -148,7 +223,9 @@ class _BM25:
                     rows.append(row)
                     cols.append(col)
         data = np.ones(len(rows), dtype=np.float32)
-        return sp.csr_matrix((data, (rows, cols)), shape=(len(queries), self.weights.shape[0]))
+        matrix = sp.csr_matrix((data, (rows, cols)), shape=(len(queries), self.weights.shape[0]))
+        matrix.sum_duplicates()  # canonical form: terms summed in column order, whatever the word order
+        return matrix
 
     def _column(self, word: str) -> int:
         """Vocabulary column of a lowercased surface word (-1: stopword or unseen stem)."""
@@ -193,6 +270,8 @@ class ToolIndex:
         cache_dir: str | Path | None = None,
         cache_size: int = 4096,
         show_progress: bool = False,
+        encode_batch_size: int | None = None,
+        encode_threads: int | None = None,
     ):
         if method not in METHODS:
             raise ValueError(f"unknown retrieval method {method!r}; choose one of {METHODS}")
@@ -207,6 +286,9 @@ class ToolIndex:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.cache_size = int(cache_size)
         self.show_progress = show_progress
+        # None: chosen per device on first use (default_encode_batch_size / default_encode_threads).
+        self.encode_batch_size = _check_positive("encode_batch_size", encode_batch_size)
+        self.encode_threads = _check_positive("encode_threads", encode_threads)
         self._ids: tuple[str, ...] = tuple(corpus.ids)
         self._cache: OrderedDict[tuple, SearchResult] = OrderedDict()
         self._lock = threading.RLock()
@@ -280,13 +362,16 @@ class ToolIndex:
         if not texts:
             return np.zeros((0, self._encoder_dim()), dtype=np.float32)
         encoder = self._get_encoder()
-        # On CPU small batches encode fastest (measured on 64 Seal-Tools requests, 2 cores:
-        # 37 ms/query at batch 64, 19 at 8, 27 one by one); a GPU wants large batches.
-        batch_size = 64 if str(encoder.device).startswith("cuda") else 8
-        vecs = encoder.encode(
-            texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-        )
+        device = str(encoder.device)
+        batch_size = self.encode_batch_size or default_encode_batch_size(device)
+        with _torch_threads(self._threads_for(device)):
+            vecs = encoder.encode(
+                texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            )
         return np.ascontiguousarray(vecs, dtype=np.float32)
+
+    def _threads_for(self, device: str) -> int | None:
+        return self.encode_threads if self.encode_threads is not None else default_encode_threads(device)
 
     def tool_embeddings(self) -> np.ndarray:
         """The (n_tools x dim) description embeddings; row i is ``corpus.tools[i]``."""
@@ -356,8 +441,11 @@ class ToolIndex:
         dense = self._dense_topk(qvecs, groups, depth)
         return [self._rrf(lex, den, k) for lex, den in zip(lexical, dense)]
 
-    def _gather_topk(self, scores: np.ndarray, groups: dict[str | None, list[int]], k: int, out: list) -> None:
-        """Per category group: exact top-k over that category's columns of ``scores``."""
+    def _gather_topk(
+        self, scores: np.ndarray, groups: dict[str | None, list[int]], k: int, out: list, positive_only: bool = False
+    ) -> None:
+        """Per category group: exact top-k over that category's columns of ``scores``
+        (``positive_only``: without the hits scoring <= 0)."""
         for category, rows in groups.items():
             cols = None if category is None else self._category_rows[category]
             if cols is None:
@@ -365,19 +453,21 @@ class ToolIndex:
             else:
                 block = scores[np.ix_(rows, cols)]
             top, top_scores = _top_k_rows(block, k)
-            for i, res in zip(rows, self._pack(top, top_scores, cols)):
+            for i, res in zip(rows, self._pack(top, top_scores, cols, positive_only)):
                 out[i] = res
 
     def _bm25_topk(self, queries: list[str], groups: dict[str | None, list[int]], k: int) -> list[SearchResult]:
         out: list = [None] * len(queries)
-        self._gather_topk(self._bm25.scores(queries), groups, k, out)
+        # A document sharing no term with the query scores 0: it is not a hit, and a query with
+        # no corpus term gets an empty result, not k arbitrary tools.
+        self._gather_topk(self._bm25.scores(queries), groups, k, out, positive_only=True)
         return out
 
     def _dense_topk(self, qvecs: np.ndarray, groups: dict[str | None, list[int]], k: int) -> list[SearchResult]:
         out: list = [None] * len(qvecs)
         rows = groups.get(None)
         if rows:
-            scores, top = self._faiss.search(qvecs[rows], min(k, len(self._ids)))
+            top, scores = self._faiss_topk(qvecs[rows], k)
             for i, res in zip(rows, self._pack(top, scores, None)):
                 out[i] = res
         filtered = [i for c, r in groups.items() if c is not None for i in r]
@@ -394,6 +484,25 @@ class ToolIndex:
                 out[q] = res
         return out
 
+    def _faiss_topk(self, qvecs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """faiss top-k with the tie rule of :func:`_top_k_rows` (ties by corpus order, for every k).
+
+        faiss orders exact ties (duplicate texts embed identically) by its heap, not by id, and
+        may let a different tied tool in at the edge for a different k. So: search deeper than
+        k until each row's run of ties at its k-th score ends inside the list (usually one
+        search of depth k + 1), then sort by (-score, position) and cut at k. Always the whole
+        batch, so faiss computes every score the same way (it switches to BLAS from 20 queries).
+        """
+        n = len(self._ids)
+        depth = min(k + 1, n)
+        while True:
+            scores, top = self._faiss.search(qvecs, depth)
+            if depth == n or not np.any(scores[:, k - 1] == scores[:, depth - 1]):
+                break
+            depth = min(n, 2 * depth)
+        order = np.lexsort((top, -scores), axis=1)[:, :k]
+        return np.take_along_axis(top, order, axis=1), np.take_along_axis(scores, order, axis=1)
+
     @staticmethod
     def _rrf(lex: SearchResult, den: SearchResult, k: int) -> SearchResult:
         order = fuse_rrf([lex.ids, den.ids], k=k, c=RRF_C)
@@ -401,12 +510,16 @@ class ToolIndex:
         scores = tuple(sum(1.0 / (RRF_C + rk[t]) for rk in ranks if t in rk) for t in order)
         return SearchResult(tuple(order), scores)
 
-    def _pack(self, top: np.ndarray, scores: np.ndarray, cols: np.ndarray | None) -> list[SearchResult]:
+    def _pack(
+        self, top: np.ndarray, scores: np.ndarray, cols: np.ndarray | None, positive_only: bool = False
+    ) -> list[SearchResult]:
         ids = self._ids
         positions = (top if cols is None else cols[top]).tolist()
+        # Rows are sorted best first, so the positive hits are a prefix of each row.
+        keep = (scores > 0).sum(axis=1).tolist() if positive_only else [scores.shape[1]] * scores.shape[0]
         return [
-            SearchResult(tuple(ids[i] for i in row), tuple(sc))
-            for row, sc in zip(positions, scores.tolist())
+            SearchResult(tuple(ids[i] for i in row[:n]), tuple(sc[:n]))
+            for row, sc, n in zip(positions, scores.tolist(), keep)
         ]
 
     # -- dense encoder and its disk cache ------------------------------------------------
@@ -434,13 +547,15 @@ class ToolIndex:
                     return np.ascontiguousarray(emb, dtype=np.float32)
             except (OSError, ValueError):
                 pass  # a truncated or foreign file: re-encode and overwrite it
-        vecs = self._get_encoder().encode(
-            self.corpus.texts(),
-            batch_size=64,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=self.show_progress,
-        )
+        encoder = self._get_encoder()
+        with _torch_threads(self._threads_for(str(encoder.device))):
+            vecs = encoder.encode(
+                self.corpus.texts(),
+                batch_size=64,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=self.show_progress,
+            )
         emb = np.ascontiguousarray(vecs, dtype=np.float32)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -467,6 +582,8 @@ def build_index(
     cache_dir: str | Path | None = None,
     cache_size: int = 4096,
     show_progress: bool = False,
+    encode_batch_size: int | None = None,
+    encode_threads: int | None = None,
 ) -> ToolIndex:
     """Build a :class:`ToolIndex` over ``corpus``.
 
@@ -475,7 +592,11 @@ def build_index(
     (``None`` = the packaged all-MiniLM-L6-v2; any local path or cached HF id works).
     ``cache_dir``: where corpus embeddings are cached (default ``$TOOLGYM_CACHE`` or
     ``~/.cache/toolgym``). ``cache_size``: LRU entries, 0 disables the query cache.
+    ``encode_batch_size`` / ``encode_threads``: texts per encoder call and torch intra-op
+    threads while encoding (``None``: :func:`default_encode_batch_size` /
+    :func:`default_encode_threads` for the encoder's device - one thread on a <= 2-core CPU).
     """
     return ToolIndex(
-        corpus, method, model=model, cache_dir=cache_dir, cache_size=cache_size, show_progress=show_progress
+        corpus, method, model=model, cache_dir=cache_dir, cache_size=cache_size, show_progress=show_progress,
+        encode_batch_size=encode_batch_size, encode_threads=encode_threads,
     )

@@ -1,6 +1,7 @@
 """Benchmark loaders, the dataset registry and the bundled copies (toolgym.data.loaders)."""
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -264,21 +265,24 @@ def test_seal_tools_loader_reads_any_split_file(tmp_path):
     split.write_text(
         json.dumps({"id": "test-difficult-7", "query": "q", "calling": [{"api": "getWaterQuality"}, {"api": "findShelter"}]}) + "\n"
     )
-    corpus, tasks = load_seal_tools(split, root / "tool.jsonl")
+    d = load_seal_tools(split, root / "tool.jsonl")
+    corpus, tasks = d.corpus, d.tasks
     assert len(corpus) == 4076
     assert tasks == [Task(id="test-difficult-7", query="q", gold=frozenset({"getWaterQuality", "findShelter"}), split="test", group="difficult")]
 
 
 def test_stabletoolbench_loader_reads_one_file():
     f = _need_shared() / "stabletoolbench" / "solvable_queries" / "test_instruction" / "G3_instruction.json"
-    corpus, tasks = load_stabletoolbench(f)
+    d = load_stabletoolbench(f)
+    corpus, tasks = d.corpus, d.tasks
     assert len(tasks) == 61 and {t.group for t in tasks} == {"G3_instruction"}
     assert all(t.gold <= set(corpus.ids) for t in tasks)
 
 
 def test_api_bank_loader_reads_one_dialogue():
     f = _need_shared() / "api_bank" / "api-bank" / "lv1-lv2-samples" / "level-1-given-desc" / "AddAgenda-level-1-1.jsonl"
-    corpus, tasks, dropped = load_api_bank(f)
+    d = load_api_bank(f)
+    corpus, tasks = d.corpus, d.tasks
     assert len(corpus) == 101 and [t.id for t in tasks] == ["level-1-given-desc/AddAgenda-level-1-1#5"]
 
 
@@ -287,7 +291,8 @@ def test_toolgym_jsonl_round_trip(tmp_path):
     tasks = [Task(id="t1", query="do a", gold=frozenset({"a"}), messages=({"role": "user", "content": "hi"},), subtasks=("a",))]
     for suffix in (".jsonl", ".jsonl.gz"):
         save_corpus_and_tasks(corpus, tasks, tmp_path / f"c{suffix}", tmp_path / f"t{suffix}")
-        c2, t2 = load_corpus_and_tasks(tmp_path / f"c{suffix}", tmp_path / f"t{suffix}")
+        d = load_corpus_and_tasks(tmp_path / f"c{suffix}", tmp_path / f"t{suffix}")
+        c2, t2 = d.corpus, d.tasks
         assert [t.to_dict() for t in c2] == [t.to_dict() for t in corpus] and t2 == tasks
 
 
@@ -373,7 +378,7 @@ def test_gold_missing_from_corpus_is_an_error_or_a_counted_drop(tmp_path):
     )
     with pytest.raises(DatasetFormatError, match=re.escape(f"{tasks}:1: gold tool id(s) ['zz'] of task '1'")):
         load_corpus_and_tasks(corpus, tasks)
-    _, kept = load_corpus_and_tasks(corpus, tasks, missing_gold="drop")
+    kept = load_corpus_and_tasks(corpus, tasks, missing_gold="drop").tasks
     assert [(t.id, t.gold) for t in kept] == [("1", frozenset({"a"}))]
 
 
@@ -424,6 +429,232 @@ def test_csv_with_byte_order_mark_keeps_its_header(tmp_path):
     root = _need_shared() / "metatool" / "dataset"
     f = tmp_path / "queries.csv"
     f.write_bytes("\ufeffQuery,Tool\nWhat is the weather?,WeatherTool\n".encode("utf-8"))
-    _, tasks, dropped = load_metatool(f, root / "plugin_des.json")
+    d = load_metatool(f, root / "plugin_des.json")
+    tasks, dropped = d.tasks, d.dropped
     assert [(t.id, t.query, t.gold) for t in tasks] == [("metatool-2", "What is the weather?", frozenset({"WeatherTool"}))]
     assert dropped == {"duplicate_rows": 0, "ambiguous_queries": 0}
+
+
+# -- loader holes: each ends in one DatasetFormatError naming the file and line (or record) ---------
+def _write_jsonl(path: Path, records: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def _mini_corpus(tmp_path: Path) -> Path:
+    return _write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "name": "A", "description": "does a"}])
+
+
+@pytest.mark.parametrize("category", [["Travel"], 3, {"x": 1}])
+def test_tool_category_that_is_not_a_string_names_the_line(tmp_path, category):
+    corpus = _write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "name": "A", "description": "d"},
+                                                 {"id": "b", "name": "B", "description": "d", "category": category}])
+    tasks = _write_jsonl(tmp_path / "t.jsonl", [{"id": "1", "query": "q", "gold": ["a"]}])
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{corpus}:2: bad tool") + ".*category must be a string"):
+        load_corpus_and_tasks(corpus, tasks)
+
+
+@pytest.mark.parametrize("category", [["Travel"], 3, {"x": 1}])
+def test_task_category_that_is_not_a_string_names_the_line(tmp_path, category):
+    tasks = _write_jsonl(tmp_path / "t.jsonl", [{"id": "1", "query": "q", "gold": ["a"], "category": category}])
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{tasks}:1: bad task") + ".*category must be a string"):
+        load_corpus_and_tasks(_mini_corpus(tmp_path), tasks)
+
+
+def test_a_directory_given_as_the_corpus_file_is_a_clear_error(tmp_path):
+    tasks = _write_jsonl(tmp_path / "t.jsonl", [{"id": "1", "query": "q", "gold": ["a"]}])
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{tmp_path}: is a directory, expected a file")):
+        load_corpus_and_tasks(tmp_path, tasks)
+    with pytest.raises(DatasetFormatError, match="is a directory"):
+        load_corpus_and_tasks(_mini_corpus(tmp_path), tmp_path)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "[" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000])
+def test_deeply_nested_jsonl_line_is_refused_before_parsing(tmp_path, text):
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"id": "1", "query": "q", "gold": ["a"]}) + "\n" + text + "\n", encoding="utf-8")
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{tasks}:2: JSON nested deeper than 100 levels")):
+        load_corpus_and_tasks(_mini_corpus(tmp_path), tasks)
+
+
+def test_deeply_nested_json_file_is_refused_before_parsing(tmp_path):
+    root = _need_shared() / "metatool" / "dataset"
+    bad = tmp_path / "multi.json"
+    bad.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{bad}: JSON nested deeper than 100 levels")):
+        load_metatool_multi(bad, root / "plugin_des.json")
+
+
+def test_oversized_jsonl_line_and_json_file_are_refused(tmp_path):
+    from toolgym.data.readers import read_json, read_jsonl
+
+    f = tmp_path / "big.jsonl"
+    f.write_text('{"a": 1}\n{"a": "' + "x" * 5000 + '"}\n', encoding="utf-8")
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{f}:2: line longer than 1000 characters")):
+        list(__import__("toolgym.data.readers", fromlist=["x"]).iter_jsonl_numbered(f, max_line_chars=1000))
+    assert len(read_jsonl(f)) == 2  # the default cap is far above real files
+    g = tmp_path / "big.json"
+    g.write_text("[" + ",".join(["1"] * 1000) + "]", encoding="utf-8")
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{g}: larger than 100 characters")):
+        read_json(g, max_chars=100)
+
+
+@pytest.mark.parametrize(
+    "text, depth",
+    [
+        ("1", 0),
+        ('{"a": "[[[", "b": [1, [2]]}', 3),  # brackets inside strings do not count
+        ('["\\"[[", [[]]]', 3),  # an escaped quote does not end the string
+        ('["\\\\", [[]]]', 3),  # an escaped backslash does not escape the quote after it
+        ("[" + ",".join(["[]"] * 50) + "]", 2),
+        ('[{"é": ["ü"]}]', 3),  # multi-byte characters
+    ],
+)
+def test_json_depth_by_hand(text, depth):
+    from toolgym.data.readers import json_depth
+
+    assert json_depth(text) == depth
+    if depth:
+        assert json_depth(text) == max(_depth_of(json.loads(text)), 0)
+
+
+def _depth_of(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth_of(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth_of(v) for v in value), default=0)
+    return 0
+
+
+@pytest.mark.parametrize("spec", ["a string", 7, ["list"]])
+def test_seal_tools_parameter_that_is_not_an_object_names_the_line(tmp_path, spec):
+    tools = _write_jsonl(tmp_path / "tool.jsonl", [
+        {"api_name": "ok", "api_description": "d", "field": "X/Y", "parameters": {"p": {"type": "str"}}},
+        {"api_name": "bad", "api_description": "d", "field": "X/Y", "parameters": {"p": spec}},
+    ])
+    split = _write_jsonl(tmp_path / "dev.jsonl", [{"id": "dev-easy-0", "query": "q", "calling": [{"api": "ok"}]}])
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{tools}:2: parameter 'p' should be an object")):
+        load_seal_tools(split, tools)
+
+
+def test_seal_tools_keeps_the_group_of_official_test_ids(tmp_path):
+    root = _need_shared() / "seal_tools" / "Seal-Tools_Dataset"
+    split = _write_jsonl(tmp_path / "test_in_domain.jsonl", [
+        {"id": "test_in_domain-easy-3", "query": "q", "calling": [{"api": "getWaterQuality"}]},
+        {"id": "test_out_domain-difficult-12", "query": "q", "calling": [{"api": "findShelter"}]},
+    ])
+    d = load_seal_tools(split, root / "tool.jsonl")
+    assert [(t.group, t.split) for t in d.tasks] == [("easy", "test_in_domain"), ("difficult", "test_in_domain")]
+
+
+@pytest.mark.parametrize("category", [5, ["Media"], {"x": 1}])
+def test_stabletoolbench_category_that_is_not_a_string_names_the_record(tmp_path, category):
+    api = {"category_name": category, "tool_name": "T", "api_name": "A", "api_description": "d",
+           "required_parameters": [], "optional_parameters": []}
+    f = tmp_path / "G1_tool.json"
+    f.write_text(json.dumps([{"query_id": 9, "query": "q", "api_list": [api], "relevant APIs": [["T", "A"]]}]))
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{f}: query record 1 (query_id 9): 'category_name'")):
+        load_stabletoolbench(f)
+
+
+@pytest.mark.parametrize("literal", ["{[1]: 2}", "{{1}}", "{'a': {['x']: 1}}"])
+def test_api_bank_unhashable_literal_names_the_line(tmp_path, literal):
+    src = _need_shared() / "api_bank" / "api-bank"
+    header = (src / "data" / "all_apis.csv").read_text(encoding="utf-8").splitlines()[0]
+    apis = tmp_path / "data" / "all_apis.csv"
+    apis.parent.mkdir()
+    info = f'description = "d"\ninput_parameters = {literal}'
+    with open(apis, "w", encoding="utf-8", newline="") as f:
+        f.write(header + "\n")
+        csv.writer(f).writerow(["1", "t", "工作相关", "n", "p", "x.py", "Bad", "()", "Bad()", info])
+    dialogue = src / "lv1-lv2-samples" / "level-1-given-desc" / "AddAgenda-level-1-1.jsonl"
+    # line 3: a CSV row is named by the line where it ends, and this api_info spans two lines
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{apis}:3: api_info is not a literal (TypeError")):
+        load_api_bank(dialogue, apis)
+
+
+def test_api_bank_deeply_nested_api_info_is_refused_before_parsing(tmp_path):
+    src = _need_shared() / "api_bank" / "api-bank"
+    header = (src / "data" / "all_apis.csv").read_text(encoding="utf-8").splitlines()[0]
+    apis = tmp_path / "all_apis.csv"
+    apis.write_text(header + "\n" + '1,t,工作相关,n,p,x.py,Bad,"()","Bad()","x = ' + "(" * 50_000 + '"\n', encoding="utf-8")
+    dialogue = src / "lv1-lv2-samples" / "level-1-given-desc" / "AddAgenda-level-1-1.jsonl"
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{apis}:2: api_info has more than")):
+        load_api_bank(dialogue, apis)
+
+
+@pytest.mark.parametrize("domain", ["Travel", [1], [["Travel"]]])
+def test_ultratool_domain_that_is_not_a_list_of_strings_names_the_node(tmp_path, domain):
+    tools = tmp_path / "tool_desc.json"
+    tools.write_text(json.dumps({"nodes": [{"id": "a", "desc": "d", "domain": ["X"]}, {"id": "b", "desc": "d", "domain": domain}]}))
+    data = _write_jsonl(tmp_path / "data.jsonl", [{"id": 1, "user_request": "q", "task_nodes": [{"task": "a"}], "task_steps": []}])
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{tools}: node 2: 'domain' should be a list of strings")):
+        load_ultratool(data, tools)
+
+
+def test_task_with_empty_gold_is_refused_naming_the_line(tmp_path):
+    with pytest.raises(ValueError, match="gold is empty"):
+        Task(id="t", query="q", gold=frozenset())
+    tasks = _write_jsonl(tmp_path / "t.jsonl", [{"id": "1", "query": "q", "gold": ["a"]}, {"id": "2", "query": "q", "gold": []}])
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{tasks}:2: bad task") + ".*gold is empty"):
+        load_corpus_and_tasks(_mini_corpus(tmp_path), tasks)
+
+
+@pytest.mark.parametrize("query", [None, 42, ["q"], "   "])
+def test_task_query_that_is_not_text_is_refused_naming_the_line(tmp_path, query):
+    with pytest.raises(ValueError, match="query"):
+        Task(id="t", query=query, gold=frozenset({"a"}))
+    tasks = _write_jsonl(tmp_path / "t.jsonl", [{"id": "1", "query": query, "gold": ["a"]}])
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{tasks}:1: bad task") + ".*query"):
+        load_corpus_and_tasks(_mini_corpus(tmp_path), tasks)
+
+
+def test_duplicate_task_ids_name_both_lines(tmp_path):
+    tasks = _write_jsonl(tmp_path / "t.jsonl", [{"id": "1", "query": "q", "gold": ["a"]}, {"id": "2", "query": "q", "gold": ["a"]},
+                                                {"id": "1", "query": "other", "gold": ["a"]}])
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{tasks}:3: duplicate task id '1' (first at {tasks}:1)")):
+        load_corpus_and_tasks(_mini_corpus(tmp_path), tasks)
+
+
+def test_metatool_swapped_columns_are_a_clear_error(tmp_path):
+    root = _need_shared() / "metatool" / "dataset"
+    swapped = tmp_path / "swapped.csv"
+    swapped.write_text("Query,Tool\ntimeport,What time is it in Tokyo?\ncopilot,Write me a poem\n", encoding="utf-8")
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{swapped}:2: the Query and Tool columns look swapped")):
+        load_metatool(swapped, root / "plugin_des.json")
+    headerless = tmp_path / "headerless.csv"
+    headerless.write_text("What time is it in Tokyo?,timeport\n", encoding="utf-8")
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{headerless}:1: header should name the columns Query and Tool")):
+        load_metatool(headerless, root / "plugin_des.json")
+    reordered = tmp_path / "reordered.csv"  # the columns in the other order, header and all: fine
+    reordered.write_text("Tool,Query\ntimeport,What time is it in Tokyo?\n", encoding="utf-8")
+    assert [(t.query, t.gold) for t in load_metatool(reordered, root / "plugin_des.json").tasks] == [
+        ("What time is it in Tokyo?", frozenset({"timeport"}))]
+
+
+def test_every_loader_returns_a_dataset(bundled):
+    root = _need_shared()
+    for name, spec in __import__("toolgym.data.loaders", fromlist=["DATASETS"]).DATASETS.items():
+        d = spec.source(root)
+        assert isinstance(d, Dataset) and d.tasks and len(d.corpus), name
+
+
+def test_retrieval_never_imports_data():
+    """data imports retrieval (Tool, ToolCorpus); the reverse would be a cycle."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "retrieval"
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            assert not any(n.startswith("toolgym.data") for n in names), path
+
+
+def test_corpus_save_jsonl_reads_back_with_load_corpus(tmp_path):
+    from toolgym.data import load_corpus
+
+    corpus = ToolCorpus([Tool("a", "A", "does a", "X", {"type": "object"}), Tool("b", "B", "does b")], name="mini")
+    corpus.save_jsonl(tmp_path / "tools.jsonl")
+    back = load_corpus(tmp_path / "tools.jsonl")
+    assert back.name == "tools" and [t.to_dict() for t in back] == [t.to_dict() for t in corpus]

@@ -8,7 +8,7 @@ from toolgym.data.records import SearchEvent, Task, Trajectory, first_found, rea
 from toolgym.retrieval.corpus import Tool, ToolCorpus
 from toolgym.retrieval.decompose import split_into_clauses
 from toolgym.retrieval.fusion import fuse, fuse_max_score, fuse_round_robin, fuse_rrf
-from toolgym.retrieval.jsonl import DatasetFormatError
+from toolgym.data.readers import DatasetFormatError
 from toolgym.retrieval.metrics import counterfactual_decomposition_reward
 
 
@@ -29,7 +29,7 @@ def test_task_and_trajectory_roundtrip(tmp_path):
 
 def test_read_rollouts_names_bad_line(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"task": {"id": "1", "query": "q", "gold": []}, "trajectories": []}\n{"task": \n')
+    path.write_text('{"task": {"id": "1", "query": "q", "gold": ["a"]}, "trajectories": []}\n{"task": \n')
     with pytest.raises(DatasetFormatError, match=r"bad.jsonl:2"):
         read_rollouts(path)
 

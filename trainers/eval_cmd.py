@@ -61,7 +61,8 @@ def load_eval_data(args: argparse.Namespace) -> tuple[str, ToolCorpus, list[Task
         ds = load_dataset(args.dataset, split=args.split)
         name, corpus, tasks = ds.name, ds.corpus, list(ds.tasks)
     elif args.tasks and args.corpus:
-        corpus, tasks = load_corpus_and_tasks(args.corpus, args.tasks)
+        loaded = load_corpus_and_tasks(args.corpus, args.tasks)
+        corpus, tasks = loaded.corpus, loaded.tasks
         name = Path(args.tasks).stem
     else:
         raise ValueError("give --dataset NAME, or both --tasks PATH and --corpus PATH")

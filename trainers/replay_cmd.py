@@ -51,9 +51,9 @@ def make_retrieve(dataset: str | None, corpus_path: str | None, method: str) -> 
     from toolgym.retrieval.index import build_index
 
     if corpus_path is not None:
-        from toolgym.retrieval.corpus import ToolCorpus
+        from toolgym.data import load_corpus
 
-        corpus = ToolCorpus.load_jsonl(corpus_path)
+        corpus = load_corpus(corpus_path)
     else:
         from toolgym.data.loaders import load_dataset
 
