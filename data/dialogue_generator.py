@@ -967,7 +967,7 @@ def read_tool_corpus(path: str | Path, name: str | None = None) -> ToolCorpus:
 
     A bad line raises ``DatasetFormatError`` naming the file and line; a duplicate id names both.
     """
-    from toolgym.retrieval.jsonl import DatasetFormatError, iter_jsonl_numbered
+    from toolgym.data.readers import DatasetFormatError, iter_jsonl_numbered
 
     tools, seen = [], {}
     for lineno, rec in iter_jsonl_numbered(path):

@@ -36,7 +36,7 @@ from toolgym.data.dialogue_generator import (
     trace_records,
 )
 from toolgym.retrieval.corpus import Tool, ToolCorpus
-from toolgym.retrieval.jsonl import DatasetFormatError
+from toolgym.data.readers import DatasetFormatError
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 SMALL = {"seed": 0, "dialogues": {"train": 40, "test": 10, "ood": 10}}
@@ -372,7 +372,8 @@ def test_generate_cli_writes_readable_files(tmp_path, capsys):
     assert main(["generate", str(cfg), f"out_dir={tmp_path / 'out'}", "generator.max_turns=2"]) == 0
     out = capsys.readouterr().out
     assert "scenario labels:" in out and "tools per turn" in out
-    corpus, tasks = load_corpus_and_tasks(tmp_path / "out" / "corpus.jsonl", tmp_path / "out" / "tasks.jsonl")
+    data = load_corpus_and_tasks(tmp_path / "out" / "corpus.jsonl", tmp_path / "out" / "tasks.jsonl")
+    corpus, tasks = data.corpus, data.tasks
     traces = [json.loads(line) for line in (tmp_path / "out" / "traces.jsonl").read_text().splitlines()]
     assert len(corpus) == 101 and len(tasks) == len(traces) and {t.split for t in tasks} == {"train", "ood"}
     assert [t.id for t in tasks] == [r["task_id"] for r in traces]

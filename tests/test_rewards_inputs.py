@@ -6,6 +6,8 @@ import math
 import warnings
 
 import numpy as np
+from types import SimpleNamespace
+
 import pytest
 
 from toolgym.data.records import SearchEvent, Task, Trajectory, write_rollouts
@@ -102,7 +104,8 @@ def test_preference_scorer_nan_is_counted(monkeypatch):
 
 # -- ESM on a task with no gold ------------------------------------------------------------------
 def test_esm_on_an_empty_gold_set_is_zero_credit_not_a_crash():
-    task = Task(id="e", query="q", gold=frozenset())
+    # Task itself refuses empty gold; a module must still not crash on a task-like record without it.
+    task = SimpleNamespace(id="e", query="q", gold=frozenset(), messages=(), subtasks=None, category=None)
     group = [Trajectory("e", events=[SearchEvent(0, "q", None, ["x", "y"])], selection=["x"], terminated_by="submit", num_turns=2),
              Trajectory("e", events=[], selection=None, num_turns=1)]
     credit = ESM().score_group(group, task)
