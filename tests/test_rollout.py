@@ -85,3 +85,28 @@ def test_mismatched_inputs_are_rejected(tokenizer, tiny):
     with pytest.raises(ValueError, match="need 4 envs"):
         rollout_groups(policy, [object()], ["a", "b"], group_size=2)
 
+
+def test_a_rollout_cut_by_the_context_limit_keeps_its_searches(tokenizer, tiny, scripted_policy):
+    """The cut trajectory is the env's own record so far: ESM/TCA credit must see its searches."""
+    script = [_call("search", query="number of nurses in a country"), _call("search", query="health workforce"),
+              _call("search", query="hospital staff statistics")]
+    env = gymnasium.make("toolgym/ToolSearch-v0", split="train", max_turns=4)
+    task = env.unwrapped.tasks[0]
+    (full,) = collect_rollouts(scripted_policy(tiny, tokenizer, script, max_new_tokens=64), [env], [task.id], seeds=[0])
+    assert full.trajectory.terminated_by == "max_turns" and len(full.trajectory.events) == 4
+    # room for exactly two turns: the third turn would start at turn_spans[2][0]
+    limit = full.trajectory.turn_spans[2][0] + 64 - 1
+    (cut,) = collect_rollouts(scripted_policy(tiny, tokenizer, script, max_new_tokens=64), [env], [task.id], seeds=[0],
+                              max_context_tokens=limit)
+    traj = cut.trajectory
+    assert traj.terminated_by == "context" and traj.num_turns == 2 and len(traj.turn_spans) == 2
+    assert [e.to_dict() for e in traj.events] == [e.to_dict() for e in full.trajectory.events[:2]]
+    assert traj.seen and traj.messages[-1]["role"] == "tool"
+    assert len(traj.token_ids) == len(traj.loss_mask) == full.trajectory.turn_spans[2][0]
+
+
+def test_no_room_for_a_first_turn_is_an_error(tokenizer, tiny):
+    env = gymnasium.make("toolgym/ToolSearch-v0", split="train", max_turns=2)
+    policy = HFChatPolicy(tiny, tokenizer, {"max_new_tokens": 8})
+    with pytest.raises(ValueError, match="max_context_tokens=10 leaves no room"):
+        collect_rollouts(policy, [env], [0], max_context_tokens=10)
