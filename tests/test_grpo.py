@@ -142,9 +142,31 @@ def test_bad_batches_get_clear_errors():
         GRPOConfig.from_dict({"learning_rate": 1e-3})
 
 
-def test_lora_needs_a_wrapped_model(tokenizer):
+def test_logprobs_are_taken_under_the_sampling_temperature(tokenizer):
+    """old log-prob of a sampled token = log softmax(logits / T) there, and the ratio is exactly 1 before any update."""
+    model = tiny_causal_lm(tokenizer, seed=5)
+    seqs, masks, advs = _toy_batch(tokenizer)
+    T = 0.7
+    trainer = GRPOTrainer(copy.deepcopy(model), {"lr": 1e-3, "micro_batch_size": 1}, temperature=T)
+    batch = TokenBatch(seqs, masks, advs)
+    trainer.prepare(batch)
+    with torch.no_grad():
+        for seq, mask, old in zip(seqs, masks, batch.old_logprobs):
+            logits = model(torch.tensor([seq])).logits[0].float()
+            pos = [p for p in range(1, len(seq)) if mask[p]]
+            want = torch.stack([torch.log_softmax(logits[p - 1] / T, -1)[seq[p]] for p in pos])
+            torch.testing.assert_close(old, want, rtol=1e-5, atol=1e-5)
+            untempered = torch.stack([torch.log_softmax(logits[p - 1], -1)[seq[p]] for p in pos])
+            assert not torch.allclose(old, untempered, atol=1e-3)
+    metrics = trainer.train_on(batch)  # one epoch, one mini-batch: every ratio is taken before the step
+    assert metrics["ratio"] == 1.0 and metrics["clip_frac"] == 0.0
+
+
+def test_greedy_temperature_counts_as_one_and_lora_needs_a_wrapped_model(tokenizer):
+    model = tiny_causal_lm(tokenizer, seed=6)
+    assert GRPOTrainer(model, {"kl_coef": 0.0}, temperature=0.0).temperature == 1.0
     with pytest.raises(ValueError, match="apply_lora"):
-        GRPOTrainer(tiny_causal_lm(tokenizer, seed=6), {"lora": {"r": 2}})
+        GRPOTrainer(model, {"lora": {"r": 2}})
 
 
 def test_epoch_shuffle_follows_the_seed_not_the_batch_size(tokenizer):

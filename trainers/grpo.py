@@ -9,7 +9,10 @@ Per token ``t`` of rollout ``i`` with loss mask 1:
   mini-batch (token-mean aggregation).
 
 Log-probs are computed only at response positions: the decoder runs once, the LM head runs on
-the hidden states of masked-in positions in chunks. With a LoRA-wrapped model (:func:`toolgym.agents.hf_policy.apply_lora`) the reference is the same
+the hidden states of masked-in positions in chunks. All three (old, new, reference) are taken
+under the sampling temperature, ``log softmax(logits / T)`` as verl does, so the ratio compares
+the distribution the tokens were drawn from; top-p / top-k truncation is not applied to them.
+With a LoRA-wrapped model (:func:`toolgym.agents.hf_policy.apply_lora`) the reference is the same
 model with the adapter disabled; without LoRA a frozen copy is kept.
 """
 from __future__ import annotations
@@ -109,12 +112,14 @@ def _decoder_and_head(model: Any) -> tuple[Any, Any]:
 
 
 def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
-                      chunk: int = 1024) -> list[torch.Tensor]:
-    """log π(token_p | tokens_<p) at every position ``p`` with mask 1, for each sequence.
+                      chunk: int = 1024, temperature: float = 1.0) -> list[torch.Tensor]:
+    """log π_T(token_p | tokens_<p) = log softmax(logits_p / T)[token_p] at every position ``p`` with mask 1.
 
-    One decoder pass over the right-padded batch; the LM head and log-softmax run only on the
-    hidden states that predict masked-in tokens, ``chunk`` positions at a time, in float32.
+    ``T`` is the sampling temperature (``<= 0``, greedy, counts as 1). One decoder pass over the
+    right-padded batch; the LM head and log-softmax run only on the hidden states that predict
+    masked-in tokens, ``chunk`` positions at a time, in float32.
     """
+    scale = 1.0 / temperature if temperature and temperature > 0 else 1.0
     device = next(model.parameters()).device
     width = max(len(s) for s in sequences)
     ids = torch.zeros((len(sequences), width), dtype=torch.long)
@@ -137,7 +142,7 @@ def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Seq
     tgt = torch.tensor(targets, device=device)
     out = []
     for start in range(0, len(rows), chunk):
-        logits = head(picked[start:start + chunk]).float()
+        logits = head(picked[start:start + chunk]).float() * scale
         out.append(torch.log_softmax(logits, dim=-1).gather(-1, tgt[start:start + chunk, None]).squeeze(-1))
     flat = torch.cat(out)
     return list(torch.split(flat, counts))
@@ -148,14 +153,16 @@ class GRPOTrainer:
 
     ``model`` is trained as given: wrap it with :func:`~toolgym.agents.hf_policy.apply_lora` first
     to train a LoRA adapter (then the reference is the model with the adapter off).
+    ``temperature`` is the sampling temperature the rollouts were drawn with.
     """
 
-    def __init__(self, model: Any, config: GRPOConfig | dict | None = None):
+    def __init__(self, model: Any, config: GRPOConfig | dict | None = None, temperature: float = 1.0):
         self.config = config if isinstance(config, GRPOConfig) else GRPOConfig.from_dict(config)
         cfg = self.config
         self.uses_lora = hasattr(model, "disable_adapter")
         if cfg.lora and not self.uses_lora:
             raise ValueError("grpo.lora is set but the model has no adapter: wrap it with apply_lora(model, lora) first")
+        self.temperature = float(temperature) if temperature and temperature > 0 else 1.0
         self.model = model
         self.ref_model = None
         if not self.uses_lora and cfg.kl_coef > 0:
@@ -192,11 +199,11 @@ class GRPOTrainer:
         for mb in self._micro_batches(range(n)):
             seqs = [batch.token_ids[i] for i in mb]
             masks = [batch.loss_mask[i] for i in mb]
-            for i, lp in zip(mb, response_logprobs(self.model, seqs, masks, cfg.logprob_chunk)):
+            for i, lp in zip(mb, response_logprobs(self.model, seqs, masks, cfg.logprob_chunk, self.temperature)):
                 old[i] = lp.detach()
             if cfg.kl_coef > 0:
                 with self._reference() as ref_model:
-                    for i, lp in zip(mb, response_logprobs(ref_model, seqs, masks, cfg.logprob_chunk)):
+                    for i, lp in zip(mb, response_logprobs(ref_model, seqs, masks, cfg.logprob_chunk, self.temperature)):
                         ref[i] = lp.detach()
         self.model.train(was_training)
         batch.old_logprobs = old
@@ -229,7 +236,7 @@ class GRPOTrainer:
                 for mb in self._micro_batches(members):
                     seqs = [batch.token_ids[i] for i in mb]
                     masks = [batch.loss_mask[i] for i in mb]
-                    logps = response_logprobs(self.model, seqs, masks, cfg.logprob_chunk)
+                    logps = response_logprobs(self.model, seqs, masks, cfg.logprob_chunk, self.temperature)
                     logp = torch.cat(logps)
                     if logp.numel() == 0:
                         continue

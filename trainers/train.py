@@ -48,7 +48,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     check_context_room(policy, envs[0], tasks, t.max_context_tokens)
     evals = eval_run("before", policy, run_dir, resume)
     policy.model = apply_lora(policy.model, to_plain(cfg.grpo.lora))  # generate with the adapter being trained
-    trainer = GRPOTrainer(policy.model, to_plain(cfg.grpo))
+    trainer = GRPOTrainer(policy.model, to_plain(cfg.grpo), temperature=cfg.sampling.temperature)
     start_step = resume_from_checkpoint(run_dir, trainer) if resume else 0
 
     bar = tqdm(total=t.steps, initial=start_step, desc="GRPO", disable=not progress)
