@@ -99,6 +99,26 @@ def test_bad_config_files_and_model_paths_are_one_clear_line(tmp_path, capsys):
     assert "train.max_context_tokens=10" in err and "prompt" in err and not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+def test_hostile_config_files_fail_fast_and_clearly(tmp_path):
+    refs = "".join(f"b{i}: &b{i} [*b{i - 1}, *b{i - 1}, *b{i - 1}]\n" for i in range(1, 12))
+    cases = {
+        "huge": ("train:\n  steps: 1\n" + "# padding\n" * 200_000, "larger than"),
+        "deep": ("train: " + "[" * 10_000 + "]" * 10_000 + "\n", "nests deeper"),
+        "alias_bomb": ("b0: &b0 [x, x, x]\n" + refs, "aliases"),
+        "interpolation_bomb": ("".join(f"k{i}: [${{k{i - 1}}}, ${{k{i - 1}}}]\n" for i in range(1, 12)), "interpolations"),
+        "unclosed": ("train: {steps: 1\n", "not valid YAML"),
+        "repeated_key": ("train:\n  steps: 1\n  steps: 2\n", "not valid YAML"),
+    }
+    for name, (text, message) in cases.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            load_config(path)
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00train")
+    with pytest.raises(ValueError, match="UTF-8"):
+        load_config(tmp_path / "binary.yaml")
+
+
 def test_null_means_all_and_defaults_are_the_dataclasses(tmp_path):
     cfg = load_config(_write_config(tmp_path / "c.yaml", tmp_path / "run"), ["eval.num_tasks=null", "train.max_tasks=null"])
     assert cfg.eval.num_tasks is None and cfg.train.max_tasks is None

@@ -242,7 +242,17 @@ def _one_line(exc: Exception) -> str:
     return f"{key}: {msg}" if key else msg
 
 
+MAX_CONFIG_BYTES = 1 << 20
+# YAML aliases and ${} interpolations expand when omegaconf copies/resolves them: with k of them a
+# file can grow to about e^(k/e) nodes, so a small cap keeps alias/interpolation bombs harmless.
+MAX_CONFIG_REFERENCES = 8
+MAX_CONFIG_DEPTH = 32
+
+
 def _read_yaml(path: str | Path) -> Any:
+    """The config file as a DictConfig; size, alias count and nesting are capped before parsing."""
+    import re
+
     from omegaconf import DictConfig, OmegaConf
 
     path = Path(path)
@@ -250,9 +260,27 @@ def _read_yaml(path: str | Path) -> Any:
         raise FileNotFoundError(f"config file not found: {path}")
     if not path.is_file():
         raise ValueError(f"config {path} is not a file")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"config {path} is larger than {MAX_CONFIG_BYTES} bytes")
     try:
-        node = OmegaConf.load(path)
-    except Exception as exc:  # yaml's scanner/parser errors, bad encodings
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"config {path} is not UTF-8 text") from None
+    references = len(re.findall(r"(?:^|[\s,\[{:])\*[^\s,\]}]+", text)) + text.count("${")
+    if references > MAX_CONFIG_REFERENCES:
+        raise ValueError(f"config {path} uses more than {MAX_CONFIG_REFERENCES} YAML aliases / ${{}} interpolations")
+    depth = deepest = 0
+    for ch in text:  # flow-style nesting; block nesting is bounded by the line length cap above
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    if deepest > MAX_CONFIG_DEPTH:
+        raise ValueError(f"config {path} nests deeper than {MAX_CONFIG_DEPTH} levels")
+    try:
+        node = OmegaConf.create(text)
+    except Exception as exc:  # yaml's scanner/parser errors
         raise ValueError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(node, DictConfig):
         raise ValueError(f"config {path} must be a mapping of sections, got a {type(node).__name__}")
