@@ -2,6 +2,8 @@
 
 Scripted baselines are exported here; the model-backed policies (``toolgym.agents.hf_policy``,
 ``toolgym.agents.openai_policy``) are imported from their modules so this package stays light.
+``toolgym.agents.policy`` holds what the trainer needs to know of a policy (``ChatPolicy``,
+``Generation``, ``SamplingConfig``) without importing torch.
 """
 from toolgym.agents.scripted import (
     SCRIPTED_AGENTS,
@@ -32,8 +34,11 @@ __all__ = [
 # Model-backed policies import torch/transformers: load them on first attribute access.
 _LAZY = {
     "HFChatPolicy": "toolgym.agents.hf_policy",
-    "Generation": "toolgym.agents.hf_policy",
-    "SamplingConfig": "toolgym.agents.hf_policy",
+    "ChatPolicy": "toolgym.agents.policy",
+    "Generation": "toolgym.agents.policy",
+    "SamplingConfig": "toolgym.agents.policy",
+    "apply_lora": "toolgym.agents.hf_policy",
+    "smollm2_gguf_path": "toolgym.agents.hf_policy",
     "load_causal_lm": "toolgym.agents.hf_policy",
     "load_tokenizer": "toolgym.agents.hf_policy",
     "tiny_causal_lm": "toolgym.agents.hf_policy",

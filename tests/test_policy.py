@@ -13,11 +13,6 @@ from toolgym.agents.openai_policy import OpenAICompatError, OpenAICompatPolicy
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("smollm2")
-
-
-@pytest.fixture(scope="module")
 def policy(tokenizer):
     return HFChatPolicy(tiny_causal_lm(tokenizer, seed=0), tokenizer, {"max_new_tokens": 12, "temperature": 0.0})
 

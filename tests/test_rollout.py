@@ -1,62 +1,23 @@
 """Rollouts through the real ToolSearch env: exact token ids, loss masks, turn spans."""
 from __future__ import annotations
 
-import json
-
 import gymnasium
 import pytest
 
 import toolgym.envs  # noqa: F401  (registers the env ids)
-from toolgym.agents.hf_policy import Generation, HFChatPolicy, load_tokenizer, tiny_causal_lm
+from conftest import tool_call as _call
+from toolgym.agents.hf_policy import HFChatPolicy
 from toolgym.rewards import get_reward
 from toolgym.trainers.grpo import trajectory_token_advantages
 from toolgym.trainers.rollout import collect_rollouts, rollout_groups
 
 
-class ScriptedTokenPolicy(HFChatPolicy):
-    """The real tokenizer/template glue with scripted turns, so the env sees real searches.
-
-    Each turn's text is tokenised into the ids that a model would have sampled; every prompt the
-    "model" is given is recorded to check that the trajectory is exactly what it saw.
-    """
-
-    def __init__(self, model, tokenizer, script):
-        super().__init__(model, tokenizer, {"max_new_tokens": 64})
-        self.script = script
-        self.seen_prompts: list[list[int]] = []
-        self.turn = 0
-
-    def generate_batch(self, prompts, max_new_tokens=None):
-        out = []
-        for p in prompts:
-            self.seen_prompts.append(list(p))
-            text = self.script[min(self.turn, len(self.script) - 1)]
-            ids = self.tokenizer.encode(text, add_special_tokens=False) + ([self.end_ids[0]] if "submit" in text else [])
-            out.append(Generation(text, ids, "stop"))
-        self.turn += 1
-        return out
-
-
-def _call(name, **args):
-    return "<tool_call>" + json.dumps({"name": name, "arguments": args}) + "</tool_call>"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("smollm2")
-
-
-@pytest.fixture(scope="module")
-def tiny(tokenizer):
-    return tiny_causal_lm(tokenizer, seed=0)
-
-
-def test_retrieved_tokens_are_masked_and_sequence_is_what_the_model_saw(tokenizer, tiny):
+def test_retrieved_tokens_are_masked_and_sequence_is_what_the_model_saw(tokenizer, tiny, scripted_policy):
     env = gymnasium.make("toolgym/ToolSearch-v0", split="train", max_turns=4)
     task = env.unwrapped.tasks[0]
     script = [_call("search", query="number of nurses in a country"), _call("search", query="health workforce"),
               _call("submit", tools=sorted(task.gold))]
-    policy = ScriptedTokenPolicy(tiny, tokenizer, script)
+    policy = scripted_policy(tiny, tokenizer, script)
     (r,) = collect_rollouts(policy, [env], [task.id], seeds=[0])
     traj = r.trajectory
     assert traj.terminated_by == "submit" and len(traj.events) == 2 and traj.selection == sorted(task.gold)
@@ -105,10 +66,10 @@ def test_real_model_rollout_groups_and_turn_credit(tokenizer, tiny):
             assert all(a == 0 for a, m in zip(adv, t.loss_mask) if not m)
 
 
-def test_decompose_env_single_step(tokenizer, tiny):
+def test_decompose_env_single_step(tokenizer, tiny, scripted_policy):
     env = gymnasium.make("toolgym/Decompose-v0", split="train")
     task = env.unwrapped.tasks[0]
-    policy = ScriptedTokenPolicy(tiny, tokenizer, ["find cloud SLA info\nback up data to the cloud\nupdate a shipment"])
+    policy = scripted_policy(tiny, tokenizer, ["find cloud SLA info\nback up data to the cloud\nupdate a shipment"])
     (r,) = collect_rollouts(policy, [env], [task.id])
     t = r.trajectory
     assert t.subtasks == ["find cloud SLA info", "back up data to the cloud", "update a shipment"]
@@ -123,3 +84,29 @@ def test_mismatched_inputs_are_rejected(tokenizer, tiny):
         collect_rollouts(policy, [], ["a"])
     with pytest.raises(ValueError, match="need 4 envs"):
         rollout_groups(policy, [object()], ["a", "b"], group_size=2)
+
+
+def test_a_rollout_cut_by_the_context_limit_keeps_its_searches(tokenizer, tiny, scripted_policy):
+    """The cut trajectory is the env's own record so far: ESM/TCA credit must see its searches."""
+    script = [_call("search", query="number of nurses in a country"), _call("search", query="health workforce"),
+              _call("search", query="hospital staff statistics")]
+    env = gymnasium.make("toolgym/ToolSearch-v0", split="train", max_turns=4)
+    task = env.unwrapped.tasks[0]
+    (full,) = collect_rollouts(scripted_policy(tiny, tokenizer, script, max_new_tokens=64), [env], [task.id], seeds=[0])
+    assert full.trajectory.terminated_by == "max_turns" and len(full.trajectory.events) == 4
+    # room for exactly two turns: the third turn would start at turn_spans[2][0]
+    limit = full.trajectory.turn_spans[2][0] + 64 - 1
+    (cut,) = collect_rollouts(scripted_policy(tiny, tokenizer, script, max_new_tokens=64), [env], [task.id], seeds=[0],
+                              max_context_tokens=limit)
+    traj = cut.trajectory
+    assert traj.terminated_by == "context" and traj.num_turns == 2 and len(traj.turn_spans) == 2
+    assert [e.to_dict() for e in traj.events] == [e.to_dict() for e in full.trajectory.events[:2]]
+    assert traj.seen and traj.messages[-1]["role"] == "tool"
+    assert len(traj.token_ids) == len(traj.loss_mask) == full.trajectory.turn_spans[2][0]
+
+
+def test_no_room_for_a_first_turn_is_an_error(tokenizer, tiny):
+    env = gymnasium.make("toolgym/ToolSearch-v0", split="train", max_turns=2)
+    policy = HFChatPolicy(tiny, tokenizer, {"max_new_tokens": 8})
+    with pytest.raises(ValueError, match="max_context_tokens=10 leaves no room"):
+        collect_rollouts(policy, [env], [0], max_context_tokens=10)

@@ -9,8 +9,11 @@ Per token ``t`` of rollout ``i`` with loss mask 1:
   mini-batch (token-mean aggregation).
 
 Log-probs are computed only at response positions: the decoder runs once, the LM head runs on
-the hidden states of masked-in positions in chunks. With LoRA the reference is the same model
-with the adapter disabled; without LoRA a frozen copy is kept.
+the hidden states of masked-in positions in chunks. All three (old, new, reference) are taken
+under the sampling temperature, ``log softmax(logits / T)`` as verl does, so the ratio compares
+the distribution the tokens were drawn from; top-p / top-k truncation is not applied to them.
+With a LoRA-wrapped model (:func:`toolgym.agents.hf_policy.apply_lora`) the reference is the same
+model with the adapter disabled; without LoRA a frozen copy is kept.
 """
 from __future__ import annotations
 
@@ -23,28 +26,10 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from toolgym.agents.hf_policy import strict_dataclass
+from toolgym.trainers.config import GRPOConfig
 
-
-@dataclass
-class GRPOConfig:
-    """Optimisation settings; ``micro_batch_size`` sequences per forward, gradients accumulate over a mini-batch."""
-
-    lr: float = 1e-6
-    clip_eps: float = 0.2
-    kl_coef: float = 0.001
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    micro_batch_size: int = 4
-    mini_batch_size: int | None = None  # sequences per optimiser step; None = the whole batch
-    epochs: int = 1  # passes over one rollout batch
-    logprob_chunk: int = 1024  # response positions per LM-head chunk
-    lora: dict[str, Any] | None = None  # e.g. {"r": 16, "alpha": 32, "target_modules": [...]}
-    gradient_checkpointing: bool = False
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> "GRPOConfig":
-        return strict_dataclass(cls, dict(d or {}), "GRPO")
+__all__ = ["GRPOConfig", "GRPOTrainer", "TokenBatch", "clipped_surrogate", "grpo_token_loss", "kl_k3",
+           "response_logprobs", "token_advantages", "trajectory_token_advantages"]
 
 
 @dataclass
@@ -121,12 +106,14 @@ def _decoder_and_head(model: Any) -> tuple[Any, Any]:
 
 
 def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
-                      chunk: int = 1024) -> list[torch.Tensor]:
-    """log π(token_p | tokens_<p) at every position ``p`` with mask 1, for each sequence.
+                      chunk: int = 1024, temperature: float = 1.0) -> list[torch.Tensor]:
+    """log π_T(token_p | tokens_<p) = log softmax(logits_p / T)[token_p] at every position ``p`` with mask 1.
 
-    One decoder pass over the right-padded batch; the LM head and log-softmax run only on the
-    hidden states that predict masked-in tokens, ``chunk`` positions at a time, in float32.
+    ``T`` is the sampling temperature (``<= 0``, greedy, counts as 1). One decoder pass over the
+    right-padded batch; the LM head and log-softmax run only on the hidden states that predict
+    masked-in tokens, ``chunk`` positions at a time, in float32.
     """
+    scale = 1.0 / temperature if temperature and temperature > 0 else 1.0
     device = next(model.parameters()).device
     width = max(len(s) for s in sequences)
     ids = torch.zeros((len(sequences), width), dtype=torch.long)
@@ -149,29 +136,27 @@ def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Seq
     tgt = torch.tensor(targets, device=device)
     out = []
     for start in range(0, len(rows), chunk):
-        logits = head(picked[start:start + chunk]).float()
+        logits = head(picked[start:start + chunk]).float() * scale
         out.append(torch.log_softmax(logits, dim=-1).gather(-1, tgt[start:start + chunk, None]).squeeze(-1))
     flat = torch.cat(out)
     return list(torch.split(flat, counts))
 
 
 class GRPOTrainer:
-    """Owns the policy model, the reference and the optimiser; ``train_on(batch)`` does one GRPO update."""
+    """Owns the policy model, the reference and the optimiser; ``train_on(batch)`` does one GRPO update.
 
-    def __init__(self, model: Any, config: GRPOConfig | dict | None = None):
+    ``model`` is trained as given: wrap it with :func:`~toolgym.agents.hf_policy.apply_lora` first
+    to train a LoRA adapter (then the reference is the model with the adapter off).
+    ``temperature`` is the sampling temperature the rollouts were drawn with.
+    """
+
+    def __init__(self, model: Any, config: GRPOConfig | dict | None = None, temperature: float = 1.0):
         self.config = config if isinstance(config, GRPOConfig) else GRPOConfig.from_dict(config)
         cfg = self.config
-        self.uses_lora = bool(cfg.lora)
-        if self.uses_lora and not hasattr(model, "disable_adapter"):
-            from peft import LoraConfig, get_peft_model
-
-            lora = dict(cfg.lora)
-            lora_config = LoraConfig(
-                r=int(lora.pop("r", 16)), lora_alpha=int(lora.pop("alpha", 32)),
-                lora_dropout=float(lora.pop("dropout", 0.0)),
-                target_modules=list(lora.pop("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"])),
-                task_type="CAUSAL_LM", **lora)
-            model = get_peft_model(model, lora_config)
+        self.uses_lora = hasattr(model, "disable_adapter")
+        if cfg.lora and not self.uses_lora:
+            raise ValueError("grpo.lora is set but the model has no adapter: wrap it with apply_lora(model, lora) first")
+        self.temperature = float(temperature) if temperature and temperature > 0 else 1.0
         self.model = model
         self.ref_model = None
         if not self.uses_lora and cfg.kl_coef > 0:
@@ -208,18 +193,22 @@ class GRPOTrainer:
         for mb in self._micro_batches(range(n)):
             seqs = [batch.token_ids[i] for i in mb]
             masks = [batch.loss_mask[i] for i in mb]
-            for i, lp in zip(mb, response_logprobs(self.model, seqs, masks, cfg.logprob_chunk)):
+            for i, lp in zip(mb, response_logprobs(self.model, seqs, masks, cfg.logprob_chunk, self.temperature)):
                 old[i] = lp.detach()
             if cfg.kl_coef > 0:
                 with self._reference() as ref_model:
-                    for i, lp in zip(mb, response_logprobs(ref_model, seqs, masks, cfg.logprob_chunk)):
+                    for i, lp in zip(mb, response_logprobs(ref_model, seqs, masks, cfg.logprob_chunk, self.temperature)):
                         ref[i] = lp.detach()
         self.model.train(was_training)
         batch.old_logprobs = old
         batch.ref_logprobs = ref if cfg.kl_coef > 0 else None
 
-    def train_on(self, batch: TokenBatch) -> dict[str, float]:
-        """One GRPO update on ``batch`` (``epochs`` passes, one optimiser step per mini-batch)."""
+    def train_on(self, batch: TokenBatch, seed: int | Sequence[int] = 0) -> dict[str, float]:
+        """One GRPO update on ``batch`` (``epochs`` passes, one optimiser step per mini-batch).
+
+        With ``epochs > 1`` each pass visits the sequences in an order drawn from
+        ``default_rng(seed)``; the train loop passes ``(run seed, step)``.
+        """
         cfg = self.config
         if batch.old_logprobs is None:
             self.prepare(batch)
@@ -229,7 +218,7 @@ class GRPOTrainer:
         tokens_seen = 0
         grad_norms = []
         self.model.train()
-        rng = np.random.default_rng(len(batch.token_ids))
+        rng = np.random.default_rng(seed)
         for _ in range(cfg.epochs):
             order = rng.permutation(n) if cfg.epochs > 1 else np.arange(n)
             for start in range(0, n, mini):
@@ -241,7 +230,7 @@ class GRPOTrainer:
                 for mb in self._micro_batches(members):
                     seqs = [batch.token_ids[i] for i in mb]
                     masks = [batch.loss_mask[i] for i in mb]
-                    logps = response_logprobs(self.model, seqs, masks, cfg.logprob_chunk)
+                    logps = response_logprobs(self.model, seqs, masks, cfg.logprob_chunk, self.temperature)
                     logp = torch.cat(logps)
                     if logp.numel() == 0:
                         continue

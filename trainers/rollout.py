@@ -9,10 +9,12 @@ tokens in turn ``t``, so a turn's advantage lands exactly on the tokens it produ
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
+import gymnasium as gym
+
+from toolgym.agents.policy import ChatPolicy
 from toolgym.data.records import Trajectory
 
 
@@ -41,30 +43,45 @@ class _Slot:
     trajectory: Trajectory | None = None
     prompt_tokens: int = 0
     task_id: str = ""
+    last_info: dict[str, Any] = field(default_factory=dict)
+    events: list[Any] = field(default_factory=list)  # info["event"] of every step, for envs without a record
 
     @property
     def done(self) -> bool:
         return self.trajectory is not None
 
 
-def _fallback_trajectory(slot: _Slot, info: dict[str, Any], terminated_by: str) -> Trajectory:
-    """Trajectory for an episode the rollout had to stop (context full) before the env ended it."""
-    traj = info.get("trajectory")
+def _cut_trajectory(slot: _Slot, terminated_by: str) -> Trajectory:
+    """The trajectory of an episode the rollout stopped (context full) before the env ended it.
+
+    Built from the env's own record of the episode so far (``env.unwrapped.trajectory_so_far()``,
+    or ``trajectory()``), so its searches still count for ESM/TCA; an env without one gets the
+    events that its step ``info`` reported.
+    """
+    base = slot.env.unwrapped
+    so_far = getattr(base, "trajectory_so_far", None) or getattr(base, "trajectory", None)
+    traj = so_far() if callable(so_far) else None
     if isinstance(traj, Trajectory):
-        return traj
-    return Trajectory(task_id=slot.task_id, events=list(info.get("events") or []), terminated_by=terminated_by,
+        return replace(traj, terminated_by=terminated_by)
+    info = slot.last_info
+    events = list(info.get("events") or [])
+    if not events:
+        events = [e for e in slot.events if e is not None]
+    return Trajectory(task_id=slot.task_id, events=events, terminated_by=terminated_by,
                       invalid_actions=int(info.get("invalid_actions", 0)), messages=list(slot.messages),
                       num_turns=len(slot.turn_spans))
 
 
-def collect_rollouts(policy: Any, envs: Sequence[Any], task_refs: Sequence[Any], seeds: Sequence[int | None] | None = None,
-                     max_context_tokens: int = 8192, reset_options: dict[str, Any] | None = None) -> list[Rollout]:
+def collect_rollouts(policy: ChatPolicy, envs: Sequence[gym.Env], task_refs: Sequence[Any],
+                     seeds: Sequence[int | None] | None = None, max_context_tokens: int = 8192,
+                     reset_options: dict[str, Any] | None = None) -> list[Rollout]:
     """Run one episode in each ``envs[i]`` on task ``task_refs[i]``, generating turns in batches.
 
-    ``policy`` is an :class:`~toolgym.agents.hf_policy.HFChatPolicy` (or anything with
-    ``encode_prompt``, ``encode_tool_turn``, ``generate_batch``, ``end_ids``). Tasks are picked
-    with ``reset(options={"task": ref, **reset_options})``. An episode whose context would exceed
-    ``max_context_tokens`` is cut and its trajectory marked ``terminated_by="context"``.
+    ``policy`` is a :class:`~toolgym.agents.policy.ChatPolicy` (``HFChatPolicy``). Tasks are
+    picked with ``reset(options={**reset_options, "task": ref})``. An episode whose context would
+    exceed ``max_context_tokens`` is cut and its trajectory (the env's record so far) marked
+    ``terminated_by="context"``. When no prompt at all leaves room for one turn, that is a
+    ``ValueError``: ``max_context_tokens`` is too small for the task.
     """
     if len(envs) != len(task_refs):
         raise ValueError(f"{len(envs)} envs for {len(task_refs)} tasks")
@@ -80,9 +97,14 @@ def collect_rollouts(policy: Any, envs: Sequence[Any], task_refs: Sequence[Any],
         slot.token_ids = list(policy.encode_prompt(info["messages"]))
         slot.loss_mask = [0] * len(slot.token_ids)
         slot.prompt_tokens = len(slot.token_ids)
+        slot.last_info = info
         slots.append(slot)
 
     max_new = int(policy.sampling.max_new_tokens)
+    if slots and all(s.prompt_tokens + max_new > max_context_tokens for s in slots):
+        shortest = min(s.prompt_tokens for s in slots)
+        raise ValueError(f"max_context_tokens={max_context_tokens} leaves no room for a first turn: the shortest prompt "
+                         f"has {shortest} tokens and a turn up to max_new_tokens={max_new}")
     while True:
         live = [s for s in slots if not s.done]
         if not live:
@@ -92,7 +114,7 @@ def collect_rollouts(policy: Any, envs: Sequence[Any], task_refs: Sequence[Any],
             if len(s.token_ids) + max_new <= max_context_tokens:
                 room.append(s)
             else:
-                s.trajectory = _fallback_trajectory(s, {}, "context")
+                s.trajectory = _cut_trajectory(s, "context")
         if not room:
             break
         gens = policy.generate_batch([s.token_ids for s in room])
@@ -104,6 +126,8 @@ def collect_rollouts(policy: Any, envs: Sequence[Any], task_refs: Sequence[Any],
             slot.finish_reasons.append(gen.finish_reason)
             obs, reward, terminated, truncated, info = slot.env.step(gen.text)
             slot.env_return += float(reward)
+            slot.last_info = info
+            slot.events.append(info.get("event"))
             slot.messages.append({"role": "assistant", "content": gen.text})
             if terminated or truncated:
                 traj = info.get("trajectory")
@@ -128,7 +152,7 @@ def collect_rollouts(policy: Any, envs: Sequence[Any], task_refs: Sequence[Any],
     return out
 
 
-def rollout_groups(policy: Any, envs: Sequence[Any], task_refs: Sequence[Any], group_size: int,
+def rollout_groups(policy: ChatPolicy, envs: Sequence[gym.Env], task_refs: Sequence[Any], group_size: int,
                    seed: int = 0, **kwargs: Any) -> list[list[Rollout]]:
     """``group_size`` rollouts of each task, all generated together; ``envs`` needs one env per rollout.
 

