@@ -288,3 +288,19 @@ def test_time_budget_stops_after_the_running_step_and_checkpoints_it(tmp_path):
     summary = train(cfg, progress=False)
     assert summary["steps"] == 1
     assert ckpt.read_state(ckpt.latest_checkpoint(tmp_path / "run"))["step"] == 1
+
+
+def test_reward_modules_config_builds_the_composite(tmp_path):
+    """``reward.modules`` (the rewards package's config shape) reaches get_reward as a composite."""
+    import gymnasium
+
+    from toolgym.rewards.composite import CompositeReward
+    from toolgym.trainers.config import load_config
+    from toolgym.trainers.train import build_reward
+
+    cfg = load_config(None, ["env.id=toolgym/Decompose-v0", "reward.modules=[{module: env_return, weight: 1.0}, {module: monitors, weight: 0.0}]"],
+                      check_machine=False)
+    env = gymnasium.make("toolgym/Decompose-v0")
+    reward = build_reward(cfg, env)
+    assert isinstance(reward, CompositeReward)
+    assert [(m.key, m.weight) for m in reward.modules] == [("env_return", 1.0), ("monitors", 0.0)]

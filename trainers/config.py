@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from toolgym.agents.policy import SamplingConfig
 
@@ -81,10 +81,15 @@ class RewardConfig:
             module (``counterfactual``, ``esm``, ...); see ``toolgym.rewards``.
         options (`dict`, defaults to `{}`):
             Keyword arguments of the module; a ``retrieve`` over the env's own index is added.
+        modules (`list`, *optional*):
+            A composite written out, ``[{module, weight, **options}, ...]`` (the config shape of
+            ``toolgym.rewards``, e.g. ``configs/rewards/decomposition_env_return.yaml``); when set,
+            ``name`` and ``options`` are ignored.
     """
 
     name: str = "grpo_f1"
     options: dict[str, Any] = field(default_factory=dict)
+    modules: Optional[list[Any]] = None
 
 
 @dataclass

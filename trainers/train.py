@@ -155,10 +155,13 @@ def build_reward(cfg: Any, env: Any) -> Any:
     from toolgym.rewards import get_reward
 
     options = dict(to_plain(cfg.reward.options) or {})
+    modules = to_plain(cfg.reward.modules)
     try:
+        if modules:
+            return get_reward({"modules": modules}, retrieve=make_retrieve(env))
         return get_reward(cfg.reward.name, retrieve=make_retrieve(env), **options)
     except TypeError as exc:
-        raise ValueError(f"reward.options for {cfg.reward.name!r}: {exc}") from None
+        raise ValueError(f"reward config for {cfg.reward.name!r}: {exc}") from None
 
 
 def make_evaluation(cfg: Any, progress: bool) -> Any:
