@@ -158,21 +158,24 @@ def _verl_config(tool_yaml: str, response_length: int = 2048):
     return cfg
 
 
-def _run_agent_loop(tokenizer, verl_tools, script, task_id, response_length=2048):
+def _run_agent_loop(tokenizer, verl_tools, script, task_id=None, response_length=2048, row=None):
+    """One ``toolgym_agent`` episode; ``row`` is a verl dataset item (else built from the env's reset)."""
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     cfg = _verl_config("unused.yaml", response_length)
     server = ScriptedServer(tokenizer, script)
-    env = gymnasium.make("toolgym/ToolSearch-v0", **ENV_KWARGS)
-    _, info = env.reset(options={"task": task_id})
+    if row is None:
+        env = gymnasium.make("toolgym/ToolSearch-v0", **ENV_KWARGS)
+        _, info = env.reset(options={"task": task_id})
+        row = {"raw_prompt": list(info["messages"]), "extra_info": {"task_id": task_id}, "tools_kwargs": {}}
+    keys = ("raw_prompt", "extra_info", "tools_kwargs", "index", "agent_name", "data_source")
 
     async def run():  # verl binds the agent loop to the running event loop at construction
         loop = plugin.ToolgymAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=tokenizer,
                                        processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data),
                                        tools=ToolListWrap(list(verl_tools.values())))
-        return await loop.run({"temperature": 1.0}, raw_prompt=list(info["messages"]),
-                              extra_info={"task_id": task_id}, tools_kwargs={})
+        return await loop.run({"temperature": 1.0}, **{k: row[k] for k in keys if k in row})
 
     return asyncio.run(run()), server
 
@@ -214,6 +217,58 @@ def test_agent_loop_marks_an_answer_without_a_call(tokenizer, verl_tools, env):
     out, _ = _run_agent_loop(tokenizer, verl_tools, ["I think the answer is 42."], task.id)
     traj = out.extra_fields[episodes.TRAJECTORY_KEY]
     assert traj["terminated_by"] == "no_call" and traj["events"] == [] and sum(out.response_mask) > 0
+
+
+def _verl_dataset(tokenizer, env_id, split, tmp_path, max_tasks=3, env_kwargs=None):
+    """``toolgym export-verl``'s parquet read back by verl's own RLHFDataset."""
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from toolgym.trainers.cli import main
+
+    args = ["export-verl", env_id, "--split", split, "--out", str(tmp_path), "--max-tasks", str(max_tasks)]
+    assert main(args + (["--env-kwargs", json.dumps(env_kwargs)] if env_kwargs else [])) == 0
+    cfg = OmegaConf.create({"max_prompt_length": 8192, "filter_overlong_prompts": False,
+                            "cache_dir": str(tmp_path / "cache")})
+    return RLHFDataset(str(tmp_path / f"{split}.parquet"), tokenizer, cfg)
+
+
+def test_export_verl_parquet_drives_the_agent_loop(tokenizer, verl_tools, env, tmp_path):
+    data = _verl_dataset(tokenizer, "toolgym/ToolSearch-v0", "train", tmp_path, env_kwargs={"max_turns": 4})
+    assert len(data) == 3
+    row = data[0]
+    task = env.unwrapped.tasks[0]
+    assert row["extra_info"]["task_id"] == task.id and sorted(row["extra_info"]["gold"]) == sorted(task.gold)
+    assert row["agent_name"] == "toolgym_agent" and row["tools_kwargs"]["search"]["create_kwargs"]["task_id"] == task.id
+    assert [s["function"]["name"] for s in json.loads(row["extra_info"]["tools"])] == ["search", "submit"]
+    _, info = env.reset(options={"task": task.id})
+    assert list(row["raw_prompt"]) == info["messages"]  # the env's own opening messages
+    out, _ = _run_agent_loop(tokenizer, verl_tools, [_call("submit", tools=sorted(task.gold))], row=row)
+    traj = out.extra_fields[episodes.TRAJECTORY_KEY]
+    assert traj["task_id"] == task.id and traj["terminated_by"] == "submit" and out.extra_fields[episodes.RETURN_KEY] == 1.0
+
+
+def test_export_verl_decompose_env_takes_the_answer_as_its_action(tokenizer, tmp_path):
+    data = _verl_dataset(tokenizer, "toolgym/Decompose-v0", "train", tmp_path, max_tasks=1)
+    row = data[0]
+    assert json.loads(row["extra_info"]["tools"]) == [] and row["extra_info"]["env_id"] == "toolgym/Decompose-v0"
+    answer = "find cloud SLA info\nback up data to the cloud"
+    out, _ = _run_agent_loop(tokenizer, {}, [answer], row=row)
+    traj = out.extra_fields[episodes.TRAJECTORY_KEY]
+    assert traj["subtasks"] == ["find cloud SLA info", "back up data to the cloud"] and traj["terminated_by"] == "submit"
+    env = gymnasium.make("toolgym/Decompose-v0", split="train")
+    env.reset(options={"task": row["extra_info"]["task_id"]})
+    assert out.extra_fields[episodes.RETURN_KEY] == pytest.approx(env.step(answer)[1])  # the env's own R_cf
+
+
+def test_export_verl_rejects_bad_input(tmp_path, capsys):
+    from toolgym.trainers.cli import main
+
+    assert main(["export-verl", "toolgym/NoSuch-v0", "--out", str(tmp_path)]) == 2
+    assert main(["export-verl", "toolgym/ToolSearch-v0", "--out", str(tmp_path), "--env-kwargs", "[1]"]) == 2
+    assert main(["export-verl", "toolgym/ToolSearch-v0", "--out", str(tmp_path), "--env-kwargs", "{" * 10_000]) == 2
+    err = capsys.readouterr().err
+    assert "unknown env id" in err and "JSON object" in err and "not valid JSON" in err
 
 
 # -- the estimator on a DataProto built from real toolgym rollouts ------------------------------

@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "envs": ("toolgym.trainers.envs_cmd", "list the registered environment ids"),
     "replay": ("toolgym.trainers.replay_cmd", "re-score saved rollouts under several reward schemes"),
     "train": ("toolgym.trainers.train_cmd", "train a policy with local GRPO from a YAML config"),
+    "export-verl": ("toolgym.trainers.export_verl", "write an env's tasks as the parquet dataset verl reads"),
 }
 
 

@@ -14,6 +14,7 @@ Validation batches keep verl's own per-sample score.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from toolgym.trainers.verl.credit import score_groups, turn_end_scores
 from toolgym.trainers.verl.tool import DEFAULT_ENV_ID, ToolgymTool
 
 AGENT_NAME = "toolgym_agent"
+MAX_ENV_KWARGS_CHARS = 65_536  # a sample's env kwargs are a few keys; anything longer is ignored unparsed
 
 
 @register(AGENT_NAME)
@@ -42,6 +44,17 @@ class ToolgymAgentLoop(ToolAgentLoop):
         if self._toolgym_task_id is None:
             for value in (kwargs.get("tools_kwargs") or {}).values():
                 self._toolgym_task_id = self._toolgym_task_id or episodes.task_id_from(value if isinstance(value, dict) else {})
+        # the sample names its env (``toolgym export-verl`` writes both); else the tool YAML's
+        extra = kwargs.get("extra_info") if isinstance(kwargs.get("extra_info"), dict) else {}
+        tool = self._toolgym_tool()
+        self._toolgym_env_id = str(extra.get("env_id") or (tool.env_id if tool else DEFAULT_ENV_ID))
+        env_kwargs = extra.get("env_kwargs")
+        if isinstance(env_kwargs, str) and len(env_kwargs) <= MAX_ENV_KWARGS_CHARS:  # parquet carries it as JSON
+            try:
+                env_kwargs = json.loads(env_kwargs)
+            except (json.JSONDecodeError, RecursionError):
+                env_kwargs = None
+        self._toolgym_env_kwargs = dict(env_kwargs) if isinstance(env_kwargs, dict) else (dict(tool.env_kwargs) if tool else {})
         try:
             output = await super().run(sampling_params, **kwargs)
             self._finish(output)
@@ -55,12 +68,13 @@ class ToolgymAgentLoop(ToolAgentLoop):
 
     async def _handle_pending_state(self, agent_data: Any, sampling_params: dict[str, Any]) -> AgentState:
         self._toolgym_agent_data = agent_data
-        tool = self._toolgym_tool()
         if self._toolgym_task_id is not None:
-            env_id = tool.env_id if tool else DEFAULT_ENV_ID
-            env_kwargs = tool.env_kwargs if tool else {}
-            episode = episodes.start(agent_data.request_id, env_id, env_kwargs, self._toolgym_task_id)
+            episode = episodes.start(agent_data.request_id, self._toolgym_env_id, self._toolgym_env_kwargs,
+                                     self._toolgym_task_id)
             episodes.record(episode, agent_data.extra_fields)
+        # The env's system prompt (the sample's first message) already lists the tool schemas, as
+        # in local rollouts; rendering them again through the chat template would describe them twice.
+        agent_data._active_tool_schemas = None
         return await super()._handle_pending_state(agent_data, sampling_params)
 
     async def _handle_generating_state(self, agent_data: Any, sampling_params: dict[str, Any],
@@ -86,6 +100,12 @@ class ToolgymAgentLoop(ToolAgentLoop):
         fields = output.extra_fields
         agent_data = self._toolgym_agent_data
         episode = episodes.get(agent_data.request_id) if agent_data is not None else None
+        if episode is not None and not episode.done and self._toolgym_spans and episodes.takes_text(episode):
+            # an env without tools (Decompose) takes the whole final answer as its one action
+            start, end = self._toolgym_spans[-1]
+            answer = self.tokenizer.decode([t for t, m in zip(output.response_ids[start:end], output.response_mask[start:end]) if m],
+                                           skip_special_tokens=True)
+            episodes.step(episode, answer)
         if episode is not None:
             episodes.record(episode, fields)
             traj = fields[episodes.TRAJECTORY_KEY]
