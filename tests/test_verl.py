@@ -393,3 +393,45 @@ def test_verl_policy_loss_gives_zero_gradient_on_masked_tokens():
     loss.backward()
     assert torch.all(logp.grad[mask == 0] == 0)
     assert torch.all(logp.grad[mask == 1] != 0)
+
+
+# -- the launch configs ---------------------------------------------------------------------------
+@pytest.mark.parametrize("recipe", ["toolsearcher_stb", "magicselector_sealtools"])
+def test_launch_configs_compose_and_name_real_toolgym_parts(recipe, monkeypatch):
+    """Hydra composes each recipe over verl's own ppo_trainer config, and every toolgym part it
+    names resolves: estimator, agent loop, manager class, tool YAML, reward function, env, reward module."""
+    import gymnasium
+    from hydra import compose, initialize_config_dir
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+    from verl.utils.import_utils import load_extern_object
+
+    from toolgym.rewards.base import get_reward_factory
+    from toolgym.rewards.composite import _SCHEMES
+
+    monkeypatch.chdir(ROOT)  # the recipes' paths are relative to the repository root, as launch.sh runs them
+    with initialize_config_dir(config_dir=str(ROOT / "configs/verl"), version_base=None):
+        cfg = compose(config_name=recipe)
+    assert cfg.actor_rollout_ref.rollout.n >= 2 and cfg.trainer.n_gpus_per_node >= 1
+    assert get_adv_estimator_fn(cfg.algorithm.adv_estimator) is plugin.compute_turn_credit_advantage
+    agent = cfg.actor_rollout_ref.rollout.agent
+    assert agent.default_agent_loop in _agent_loop_registry
+    from omegaconf import OmegaConf
+
+    assert OmegaConf.load(agent.agent_loop_config_path)[0]._target_.endswith("ToolgymAgentLoop")
+    manager = agent.agent_loop_manager_class.rsplit(".", 1)
+    import importlib
+
+    assert getattr(importlib.import_module(manager[0]), manager[1]) is plugin.ToolgymAgentLoopManager
+    tool_yaml = cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path
+    if tool_yaml:
+        from verl.tools.tool_registry import initialize_tools_from_config
+
+        assert sorted(t.name for t in initialize_tools_from_config(tool_yaml)) == ["search", "submit"]
+    fn = load_extern_object(module_path=cfg.reward.custom_reward_function.path,
+                            object_name=cfg.reward.custom_reward_function.name)
+    assert fn(extra_info={"toolgym_env_return": 0.25})["score"] == 0.25
+    assert cfg.toolgym.env_id in gymnasium.registry
+    name = cfg.toolgym.reward.name
+    assert name in _SCHEMES or get_reward_factory(name)
+    assert cfg.actor_rollout_ref.model.external_lib == "toolgym.trainers.verl"
