@@ -185,3 +185,30 @@ def test_retrieval_server_batches_concurrent_requests_with_unchanged_results(clu
 def test_bad_settings_are_rejected(cluster):
     with pytest.raises(ValueError, match="num_workers"):
         RayRollout(SlowScriptedPolicy, ENV_ID, ENV_KWARGS, num_workers=0)
+
+
+@pytest.mark.slow
+def test_toolgym_train_with_the_ray_backend_matches_the_local_run(cluster, one_thread, tmp_path):
+    """`toolgym train` with rollout.backend=ray: the loop only picks the backend; with one worker both
+    steps' rollouts (the second after a LoRA weight sync) equal the local run's."""
+    from toolgym.data.records import read_rollouts
+    from toolgym.trainers.train_cmd import load_config, train
+
+    base = ["model.name=tiny-llama", "env.kwargs={max_turns: 2}", "sampling.max_new_tokens=6", "grpo.lr=0.001",
+            "grpo.lora={r: 2, alpha: 4}", "reward.name=toolsearcher", "train.steps=2", "train.tasks_per_step=1",
+            "train.group_size=2", "train.checkpoint_every=0", "train.skip_zero_advantage=false"]
+    runs = {}
+    for backend in ("local", "ray"):
+        run = tmp_path / backend
+        cfg = load_config(None, base + [f"run_dir={run}", f"rollout.backend={backend}", "rollout.num_workers=1"])
+        train(cfg, progress=False)
+        runs[backend] = run
+    rows = [json.loads(l) for l in (runs["ray"] / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1] and rows[0]["weights_shipped_bytes"] > 0
+    for step in (0, 1):
+        (task_l, trajs_l), = read_rollouts(runs["local"] / "rollouts" / f"step_{step:06d}.jsonl")
+        (task_r, trajs_r), = read_rollouts(runs["ray"] / "rollouts" / f"step_{step:06d}.jsonl")
+        assert task_l.id == task_r.id
+        assert [t.token_ids for t in trajs_l] == [t.token_ids for t in trajs_r]
+    with pytest.raises(ValueError, match="rollout.backend"):
+        train(load_config(None, base + [f"run_dir={tmp_path / 'bad'}", "rollout.backend=spark"]), progress=False)

@@ -331,3 +331,23 @@ class RayRollout:
                 pass
         self.workers, self.servers = [], {}
 
+
+
+def _worker_policy(model_cfg: dict[str, Any], sampling: dict[str, Any], device: str) -> Any:
+    from toolgym.agents.hf_policy import HFChatPolicy
+
+    return HFChatPolicy.from_pretrained(model_cfg["name"], sampling=sampling, dtype=model_cfg.get("dtype"), device=device)
+
+
+def from_train_config(plain: dict[str, Any], env_kwargs: dict[str, Any]) -> RayRollout:
+    """The backend ``toolgym train`` builds for ``rollout.backend: ray`` (a resolved config dict)."""
+    import functools
+
+    rcfg = plain["rollout"]
+    gpus = float(rcfg.get("worker_gpus") or 0)
+    device = "cuda" if gpus > 0 else "cpu"
+    address = rcfg.get("address")
+    return RayRollout(functools.partial(_worker_policy, dict(plain["model"]), dict(plain["sampling"]), device),
+                      plain["env"]["id"], env_kwargs, int(rcfg["num_workers"]), address=address,
+                      worker_cpus=float(rcfg.get("worker_cpus") or 1), worker_gpus=gpus,
+                      threads_per_worker=int(rcfg.get("threads_per_worker") or 1))

@@ -40,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
               "checkpoint_every": 5, "keep_checkpoints": 1, "save_rollouts": True, "skip_zero_advantage": True,
               "max_tasks": None, "time_budget_s": None},
     "eval": {"before": False, "after": False, "num_tasks": 20, "batch_size": 8, "temperature": 0.0},
+    # backend "ray": rollout workers as Ray actors (toolgym.trainers.ray_rollout); address "auto" joins a cluster
+    "rollout": {"backend": "local", "num_workers": 2, "address": None, "worker_cpus": 1, "worker_gpus": 0,
+                "threads_per_worker": 1},
 }
 
 
@@ -64,7 +67,7 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Any:
     unknown = [k for k in cfg if k not in known_sections]
     if unknown:
         raise ValueError(f"unknown config section(s) {unknown}; known: {sorted(known_sections)}")
-    for section in ("train", "eval", "sampling"):
+    for section in ("train", "eval", "sampling", "rollout"):
         extra = set(cfg[section]) - set(DEFAULTS[section])
         if extra:
             raise ValueError(f"unknown key(s) in {section}: {sorted(extra)}; known: {sorted(DEFAULTS[section])}")
@@ -313,6 +316,15 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     if tcfg["max_tasks"]:
         tasks = tasks[: int(tcfg["max_tasks"])]
     reward = build_reward(plain["reward"], envs[0])
+    rollout_fn, backend = rollout_groups, None
+    if plain["rollout"]["backend"] == "ray":
+        from toolgym.trainers.ray_rollout import from_train_config
+
+        backend = from_train_config(plain, train_kwargs)
+        backend.sync_weights(trainer.model)  # the workers start from the trainer's (resumed) weights
+        rollout_fn = backend.rollout_groups
+    elif plain["rollout"]["backend"] != "local":
+        raise ValueError(f"unknown rollout.backend {plain['rollout']['backend']!r}; use local or ray")
     steps = int(tcfg["steps"])
     if tcfg["save_rollouts"]:
         (run_dir / "rollouts").mkdir(exist_ok=True)
@@ -327,7 +339,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
         t0 = time.time()
         torch.manual_seed(seed * 1_000_003 + step)  # sampling depends only on (seed, step): resume-stable
         step_tasks = tasks_for_step(tasks, step, per_step, seed)
-        groups = rollout_groups(policy, envs, [t.id for t in step_tasks], G, seed=seed * 1_000_003 + step * G * per_step,
+        groups = rollout_fn(policy, envs, [t.id for t in step_tasks], G, seed=seed * 1_000_003 + step * G * per_step,
                                 max_context_tokens=int(tcfg["max_context_tokens"]), reset_options=envcfg["reset_options"])
         t_roll = time.time() - t0
         seqs, masks, advs = [], [], []
@@ -354,6 +366,8 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
                 advs.append(a)
         t1 = time.time()
         upd = trainer.train_on(TokenBatch(seqs, masks, advs)) if seqs else {}
+        if backend is not None and seqs:
+            upd["weights_shipped_bytes"] = float(backend.sync_weights(trainer.model))
         t_upd = time.time() - t1
         flat = [r for g in groups for r in g]
         gen_tokens = sum(r.generated_tokens for r in flat)
@@ -390,6 +404,8 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
         bar.update(1)
         bar.set_postfix(reward=f"{row['reward']:.3f}", kl=f"{row.get('kl', 0):.4f}", tok_s=f"{row['tokens_per_s']:.0f}")
     bar.close()
+    if backend is not None:
+        backend.shutdown()
     summary["train_seconds"] = time.time() - loop_start
 
     if metrics_path.exists() and metrics_path.stat().st_size:
