@@ -267,8 +267,12 @@ def test_export_verl_rejects_bad_input(tmp_path, capsys):
     assert main(["export-verl", "toolgym/NoSuch-v0", "--out", str(tmp_path)]) == 2
     assert main(["export-verl", "toolgym/ToolSearch-v0", "--out", str(tmp_path), "--env-kwargs", "[1]"]) == 2
     assert main(["export-verl", "toolgym/ToolSearch-v0", "--out", str(tmp_path), "--env-kwargs", "{" * 10_000]) == 2
+    assert main(["export-verl", "toolgym/ToolSearch-v0", "--out", str(tmp_path), "--env-kwargs", "[" * 30_000 + "]" * 30_000]) == 2
+    assert main(["export-verl", "toolgym/ToolSearch-v0", "--out", str(tmp_path), "--env-kwargs", "[" * 70_000]) == 2
     err = capsys.readouterr().err
     assert "unknown env id" in err and "JSON object" in err and "not valid JSON" in err
+    assert "nested too deeply" in err and "longer than" in err
+    assert not list(tmp_path.glob("*.parquet"))  # nothing written on bad input
 
 
 # -- the estimator on a DataProto built from real toolgym rollouts ------------------------------

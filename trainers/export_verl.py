@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+MAX_ENV_KWARGS_CHARS = 65_536  # a few gymnasium.make keywords; longer input is refused unparsed
 AGENT_NAME = "toolgym_agent"  # toolgym.trainers.verl.agent_loop.AGENT_NAME (not imported: verl is heavy)
 
 
@@ -88,10 +89,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if len(args.env_kwargs) > MAX_ENV_KWARGS_CHARS:
+        raise ValueError(f"--env-kwargs is longer than {MAX_ENV_KWARGS_CHARS} characters")
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as exc:
         raise ValueError(f"--env-kwargs is not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise ValueError("--env-kwargs is nested too deeply") from None
     if not isinstance(env_kwargs, dict):
         raise ValueError("--env-kwargs must be a JSON object")
     rows = export_rows(args.env_id, args.split, env_kwargs, args.max_tasks)
