@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, Callable, Sequence
 
 import ray

@@ -37,6 +37,7 @@ class Episode:
     done: bool = False
     trajectory: Any = None
     events: list[dict[str, Any]] = field(default_factory=list)
+    env_key: tuple = ()  # (env_id, kwargs) of the idle pool the env returns to
 
 
 _LOCK = threading.RLock()
@@ -78,8 +79,7 @@ def start(key: str, env_id: str, env_kwargs: dict[str, Any], task_id: str, seed:
             return episode
     env = _make_env(env_id, env_kwargs)
     env.reset(seed=seed, options={"task": task_id})
-    episode = Episode(env=env, task_id=task_id)
-    episode.env_key = _env_key(env_id, env_kwargs)  # type: ignore[attr-defined]
+    episode = Episode(env=env, task_id=task_id, env_key=_env_key(env_id, env_kwargs))
     with _LOCK:
         _EPISODES[key] = episode
     return episode
@@ -130,7 +130,7 @@ def release(key: str) -> Episode | None:
     with _LOCK:
         episode = _EPISODES.pop(key, None)
         if episode is not None:
-            _ENVS.setdefault(episode.env_key, []).append(episode.env)  # type: ignore[attr-defined]
+            _ENVS.setdefault(episode.env_key, []).append(episode.env)
     return episode
 
 
