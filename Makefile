@@ -32,6 +32,7 @@ bench: install
 	$(PY) benchmarks/retrieval.py
 	$(PY) benchmarks/envs.py
 	$(PY) benchmarks/rewards.py
+	$(PY) benchmarks/scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

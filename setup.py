@@ -17,8 +17,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     # `toolgym` itself is an implicit namespace package: it has no folder of its own.
-    packages=[f"toolgym.{name}" for name in SUBPACKAGES],
-    package_dir={f"toolgym.{name}": name for name in SUBPACKAGES},
+    # trainers.verl: the verl plugin, a subpackage of its own (DESIGN §8).
+    packages=[f"toolgym.{name}" for name in SUBPACKAGES] + ["toolgym.trainers.verl"],
+    package_dir={**{f"toolgym.{name}": name for name in SUBPACKAGES}, "toolgym.trainers.verl": "trainers/verl"},
     package_data={"toolgym.data": ["bundled/*.jsonl.gz", "bundled/*.json", "bundled/LICENSES/*"]},
     include_package_data=True,
     entry_points={"console_scripts": ["toolgym = toolgym.trainers.cli:main"]},

@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("toolgym.trainers.generate_cmd", "generate MagicSelector-style multi-turn dialogues from a YAML config"),
     "replay": ("toolgym.trainers.replay_cmd", "re-score saved rollouts under several reward schemes"),
     "train": ("toolgym.trainers.train_cmd", "train a policy with local GRPO from a YAML config"),
+    "export-verl": ("toolgym.trainers.export_verl", "write an env's tasks as the parquet dataset verl reads"),
 }
 
 

@@ -206,6 +206,32 @@ class EvalConfig:
 
 
 @dataclass
+class RolloutConfig:
+    """The ``rollout`` section: where episodes are generated.
+
+    Parameters:
+        backend (`str`, defaults to `"local"`):
+            ``local`` (this process) or ``ray`` (rollout workers as Ray actors,
+            :mod:`toolgym.trainers.ray_rollout`; see docs/scale.md).
+        num_workers (`int`, defaults to `2`):
+            Ray rollout workers, each with a policy copy and its envs.
+        address (`str`, *optional*):
+            ``ray.init`` address; ``auto`` joins a running cluster, ``None`` starts a local one.
+        worker_cpus (`float`, defaults to `1`), worker_gpus (`float`, defaults to `0`):
+            Resources each worker actor asks Ray for (a GPU puts its policy on ``cuda``).
+        threads_per_worker (`int`, defaults to `1`):
+            torch intra-op threads inside each worker.
+    """
+
+    backend: str = "local"
+    num_workers: int = 2
+    address: Optional[str] = None
+    worker_cpus: float = 1.0
+    worker_gpus: float = 0.0
+    threads_per_worker: int = 1
+
+
+@dataclass
 class TrainConfig:
     """Everything ``toolgym train`` reads; ``toolgym train CONFIG --print-config`` shows it merged.
 
@@ -223,6 +249,7 @@ class TrainConfig:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -360,6 +387,10 @@ def validate(cfg: Any, check_machine: bool = True) -> None:
     _need(e.num_tasks is None or e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1, or null for all tasks")
     _need(e.batch_size >= 1, "eval.batch_size", e.batch_size, "must be >= 1")
     _need(e.temperature >= 0, "eval.temperature", e.temperature, "must be >= 0 (0 = greedy)")
+    r = cfg.rollout
+    _need(r.backend in ("local", "ray"), "rollout.backend", r.backend, "must be local or ray")
+    _need(r.num_workers >= 1, "rollout.num_workers", r.num_workers, "must be >= 1")
+    _need(r.threads_per_worker >= 1, "rollout.threads_per_worker", r.threads_per_worker, "must be >= 1")
     if g.lora:
         from toolgym.agents.hf_policy import lora_config
 

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from toolgym.trainers.config import TrainConfig, load_config, to_plain, validate
+from toolgym.trainers.config import TrainConfig, load_config, model_source, to_plain, validate
 from toolgym.trainers.evaluate import build_policy, choose_tasks, env_tasks, evaluate, make_envs
 
 
@@ -30,7 +30,6 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     from toolgym.agents.hf_policy import apply_lora
     from toolgym.trainers import checkpoint as ckpt
     from toolgym.trainers.grpo import GRPOTrainer
-    from toolgym.trainers.rollout import rollout_groups
 
     cfg = as_config(cfg)
     t, seed, run_dir = cfg.train, int(cfg.seed), Path(cfg.run_dir)
@@ -50,6 +49,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     policy.model = apply_lora(policy.model, to_plain(cfg.grpo.lora))  # generate with the adapter being trained
     trainer = GRPOTrainer(policy.model, to_plain(cfg.grpo), temperature=cfg.sampling.temperature)
     start_step = resume_from_checkpoint(run_dir, trainer) if resume else 0
+    rollout_fn, backend = rollout_backend(cfg, trainer.model)
 
     bar = tqdm(total=t.steps, initial=start_step, desc="GRPO", disable=not progress)
     started, done = time.time(), start_step
@@ -60,7 +60,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
         t0 = time.time()
         torch.manual_seed(seed * 1_000_003 + step)  # sampling depends only on (seed, step): resume-stable
         step_tasks = tasks_for_step(tasks, step, t.tasks_per_step, seed)
-        groups = rollout_groups(policy, envs, [task.id for task in step_tasks], t.group_size,
+        groups = rollout_fn(policy, envs, [task.id for task in step_tasks], t.group_size,
                                 seed=seed * 1_000_003 + step * t.group_size * t.tasks_per_step,
                                 max_context_tokens=t.max_context_tokens,
                                 reset_options=training_reset_options(cfg, envs[0], step))
@@ -68,6 +68,8 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
         batch, credit_stats = credit_batch(groups, step_tasks, reward, t.skip_zero_advantage)
         t1 = time.time()
         update = trainer.train_on(batch, seed=(seed, step)) if batch.token_ids else {}
+        if backend is not None and batch.token_ids:  # Ray workers get the changed weights (the adapter with LoRA)
+            update["weights_shipped_bytes"] = float(backend.sync_weights(trainer.model))
         row = step_metrics(step, step_tasks, groups, credit_stats, update, rollout_s=t_roll,
                            update_s=time.time() - t1, step_s=time.time() - t0)
         log_step(run_dir, row, step_tasks, groups, t.save_rollouts)
@@ -79,6 +81,8 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
         bar.update(1)
         bar.set_postfix(reward=f"{row['reward']:.3f}", kl=f"{row.get('kl', 0):.4f}", tok_s=f"{row['tokens_per_s']:.0f}")
     bar.close()
+    if backend is not None:
+        backend.shutdown()
 
     summary: dict[str, Any] = {"run_dir": str(run_dir), "train_seconds": time.time() - started, "steps": done,
                                "metrics": str(run_dir / "metrics.jsonl")}
@@ -106,6 +110,22 @@ def as_config(cfg: Any) -> Any:
         raise ValueError(f"bad config: {str(exc).splitlines()[0]}") from None
     validate(merged)
     return merged
+
+
+def rollout_backend(cfg: Any, model: Any) -> tuple[Any, Any]:
+    """``(rollout_groups-like function, backend or None)`` for ``rollout.backend``; Ray workers
+    start from ``model``'s current (possibly resumed) weights."""
+    from toolgym.trainers.rollout import rollout_groups
+
+    if cfg.rollout.backend == "local":
+        return rollout_groups, None
+    from toolgym.trainers.ray_rollout import from_train_config
+
+    plain = to_plain(cfg)
+    plain["model"] = {**plain["model"], "name": model_source(cfg.model)}  # init_from wins, as in build_policy
+    backend = from_train_config(plain, training_env_kwargs(cfg))
+    backend.sync_weights(model)
+    return backend.rollout_groups, backend
 
 
 def training_env_kwargs(cfg: Any) -> dict[str, Any]:
