@@ -279,6 +279,11 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
         print(f"no checkpoint in {run_dir}: starting from step 0")
     if not resume and ckpt.latest_checkpoint(run_dir) is not None:
         raise ValueError(f"{run_dir} already holds checkpoints: pass --resume to continue, or choose another run_dir")
+    if latest is not None:
+        ckpt.check_resume(latest, plain)  # before any model is built: say what differs, not a tensor-size error
+
+    eval_path = run_dir / "eval.json"
+    evals: dict[str, Any] = ckpt.read_json(eval_path) if resume and eval_path.exists() else {}
 
     torch.manual_seed(seed)
     policy = build_policy(plain["model"], plain["sampling"])
@@ -287,11 +292,9 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     eval_args = dict(env_kwargs=eval_kwargs, split=None, num_tasks=ecfg["num_tasks"], batch_size=ecfg["batch_size"],
                      temperature=ecfg["temperature"], max_context_tokens=tcfg["max_context_tokens"],
                      reset_options=envcfg["reset_options"], progress=progress)
-    eval_path = run_dir / "eval.json"
-    evals: dict[str, Any] = json.loads(eval_path.read_text()) if resume and eval_path.exists() else {}
     if ecfg["before"] and "before" not in evals:
         evals["before"] = evaluate_policy(policy, envcfg["id"], **eval_args)
-        eval_path.write_text(json.dumps(evals, indent=2))
+        ckpt.write_json(eval_path, evals)
 
     trainer = GRPOTrainer(policy.model, plain["grpo"])
     policy.model = trainer.model  # generate with the adapter when LoRA wraps the model
@@ -302,9 +305,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
         start_step = int(state["step"])
         print(f"resuming from {latest} at step {start_step}")
     # Drop metric lines of steps after the checkpoint (run killed between logging and saving).
-    if metrics_path.exists():
-        kept = [line for line in metrics_path.read_text().splitlines() if line.strip() and json.loads(line).get("step", -1) < start_step]
-        metrics_path.write_text("".join(k + "\n" for k in kept))
+    ckpt.keep_metrics_before(metrics_path, start_step)
 
     G, per_step = int(tcfg["group_size"]), int(tcfg["tasks_per_step"])
     train_kwargs = {**envcfg["kwargs"], **envcfg["train_kwargs"]}
@@ -380,8 +381,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
         if tcfg["save_rollouts"]:
             write_rollouts(run_dir / "rollouts" / f"step_{step:06d}.jsonl",
                            [(task, [r.trajectory for r in g]) for task, g in zip(step_tasks, groups)])
-        with open(metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+        ckpt.append_metrics_line(metrics_path, row)
         done = last_done = step + 1
         out_of_time = time.time() - loop_start >= budget
         if tcfg["checkpoint_every"] and (done % int(tcfg["checkpoint_every"]) == 0 or done == steps or out_of_time):
@@ -397,7 +397,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     if ecfg["after"]:
         policy.model.eval()
         evals["after"] = evaluate_policy(policy, envcfg["id"], **eval_args)
-        eval_path.write_text(json.dumps(evals, indent=2))
+        ckpt.write_json(eval_path, evals)
     summary["eval"] = evals
     summary["metrics"] = str(metrics_path)
     summary["steps"] = last_done
