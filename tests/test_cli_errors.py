@@ -147,6 +147,11 @@ def test_user_tasks_need_their_corpus_in_episode_mode(user_data, capsys):
                          "--corpus")
 
 
+def test_train_with_a_missing_model_path_is_one_line(tmp_path, capsys):
+    config = _train_config(tmp_path, tmp_path / "run")
+    _fails_with_one_line(["train", config, "model.name=/no/such/model", "--no-progress"], capsys, "/no/such/model")
+
+
 # -- resume --------------------------------------------------------------------------------
 def _fake_checkpoint(run_dir: Path, config_path: str, step: int = 1) -> Path:
     """A checkpoint folder whose state.json holds the config that ``config_path`` merges to."""
