@@ -1,30 +1,41 @@
-"""Checkpoints of a local GRPO run: trainable weights, optimiser, and the next step to run.
+"""The files of a local GRPO run, written so that a kill at any moment loses nothing.
 
 A checkpoint is written to a temporary folder and renamed into place, so a run killed while
 saving leaves the previous checkpoint intact. ``step`` in ``state.json`` is the number of
 completed steps: resuming runs step ``step`` next, so no step is lost or repeated.
+
+Resume safety lives here too: every ``.pt`` file loads with ``torch.load(weights_only=True)``
+(a crafted pickle cannot run code), JSON files are replaced atomically (:func:`write_json`),
+metric lines are appended one at a time and read back tolerating a half-written last line
+(:func:`append_metrics_line`, :func:`read_metrics`), and :func:`check_resume_config` says which
+settings of a resumed run differ from the checkpoint's where they must not.
 """
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
-
-import torch
 
 STATE_FILE = "state.json"
 WEIGHTS_FILE = "trainable.pt"
 OPTIMIZER_FILE = "optimizer.pt"
+# A metrics line is one step's scalars and task ids (~1-10 kB); anything far larger is not ours.
+MAX_METRICS_LINE_CHARS = 1_000_000
 
 
-def trainable_state(model: Any) -> dict[str, torch.Tensor]:
+def trainable_state(model: Any) -> dict[str, Any]:
     """The parameters that training changes (the LoRA adapter, or every weight without LoRA)."""
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: Any, state: dict[str, Any], keep: int = 1) -> Path:
     """Write ``run_dir/checkpoints/step_<step>`` atomically and keep only the newest ``keep``."""
+    import torch
+
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -45,7 +56,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: Any, 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """Complete checkpoints of a run, oldest first."""
     root = Path(run_dir) / "checkpoints"
-    if not root.exists():
+    if not root.is_dir():
         return []
     return sorted(p for p in root.glob("step_*") if (p / STATE_FILE).exists())
 
@@ -59,23 +70,211 @@ def read_state(checkpoint: str | Path) -> dict[str, Any]:
     path = Path(checkpoint) / STATE_FILE
     if not path.exists():
         raise FileNotFoundError(f"{checkpoint} is not a toolgym checkpoint (no {STATE_FILE})")
-    return json.loads(path.read_text())
+    state = read_json(path)
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise ValueError(f"{path}: not a toolgym checkpoint state (needs an integer 'step')")
+    return state
+
+
+def load_tensors(path: str | Path) -> Any:
+    """``torch.load`` with ``weights_only=True``: tensors and plain containers only, never code.
+
+    A file holding anything else (a crafted pickle) or a damaged file is a ``ValueError`` naming it.
+    """
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: refused to load: it holds objects other than tensors and plain containers "
+                         f"(torch.load weights_only=True: {first})") from None
+    except (RuntimeError, EOFError) as exc:  # torch's zip reader on a truncated or foreign file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: damaged or not a torch checkpoint file ({first})") from None
 
 
 def load_weights(checkpoint: str | Path, model: Any) -> None:
-    """Load the trainable weights into ``model``; every saved tensor must find its parameter."""
-    saved = torch.load(Path(checkpoint) / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+    """Load the trainable weights into ``model``; every saved tensor must find its parameter, same shape."""
+    import torch
+
+    path = Path(checkpoint) / WEIGHTS_FILE
+    saved = load_tensors(path)
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path}: expected a name -> tensor dict, got {type(saved).__name__}")
     params = dict(model.named_parameters())
     missing = [n for n in saved if n not in params]
     if missing:
         raise ValueError(f"{checkpoint}: {len(missing)} saved tensors have no parameter in the model (e.g. {missing[0]}); "
                          "was it trained with a different model or LoRA setting?")
+    for name, tensor in saved.items():
+        if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != tuple(params[name].shape):
+            shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ValueError(f"{path}: {name} has shape {shape} but the model's is {tuple(params[name].shape)}; "
+                             "was it trained with a different model or LoRA setting?")
     with torch.no_grad():
         for name, tensor in saved.items():
             params[name].copy_(tensor.to(params[name].device, params[name].dtype))
 
 
 def load_optimizer(checkpoint: str | Path, optimizer: Any) -> None:
+    """Restore the optimiser state (loaded with ``weights_only=True``) if the checkpoint has one."""
     path = Path(checkpoint) / OPTIMIZER_FILE
-    if path.exists():
-        optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+    if not path.exists():
+        return
+    state = load_tensors(path)
+    try:
+        optimizer.load_state_dict(state)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: does not fit this run's optimiser ({exc})") from None
+
+
+# -- JSON files of a run --------------------------------------------------------------------
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as JSON via a temporary file and ``os.replace``: readers (and a resumed run)
+    see the old file or the new one, never half of one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(obj, indent=2, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; a damaged one is a ``ValueError`` naming the file and the position."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+                         "a run killed while writing it leaves it truncated: fix or delete it") from None
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({type(exc).__name__})") from None
+
+
+# -- metrics.jsonl --------------------------------------------------------------------------
+def append_metrics_line(path: str | Path, row: dict[str, Any]) -> None:
+    """Append one step's metrics as one JSON line, flushed to disk before the step is checkpointed."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The metric rows of a ``metrics.jsonl``.
+
+    A last line cut short by a kill (no closing newline, not valid JSON) is dropped; any other
+    bad line is a ``ValueError`` naming ``file:line``.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        half_written_tail = number == len(lines) and not text.endswith("\n")
+        try:
+            if len(line) > MAX_METRICS_LINE_CHARS:
+                raise ValueError(f"line longer than {MAX_METRICS_LINE_CHARS} characters")
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+        except (ValueError, RecursionError) as exc:
+            if half_written_tail:
+                break
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or type(exc).__name__
+            raise ValueError(f"{path}:{number}: not a metrics line ({msg})") from None
+        rows.append(row)
+    return rows
+
+
+def keep_metrics_before(path: str | Path, step: int) -> list[dict[str, Any]]:
+    """Rewrite ``metrics.jsonl`` with only the rows of steps before ``step`` (the resume point).
+
+    Steps logged after the newest checkpoint (a kill between logging and saving) are redone, so
+    their lines go. The file is replaced atomically: a kill here keeps the old file whole.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    kept = [r for r in read_metrics(path) if r.get("step", -1) < step]
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in kept)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return kept
+
+
+# -- resuming with a changed config ---------------------------------------------------------
+# Settings a resumed run must share with its checkpoint: those that fix the trainable weights'
+# shapes (model, LoRA rank and targets) or the task order (seed, env and its training data,
+# tasks per step). Everything else may change; ``train.steps`` typically grows.
+RESUME_MUST_MATCH = ("model.name", "seed", "env.id", "env.kwargs", "env.train_kwargs",
+                     "train.tasks_per_step", "train.max_tasks", "grpo.lora")
+# LoRA settings that scale the update but leave every tensor's shape alone.
+LORA_SHAPE_FREE = frozenset({"alpha", "lora_alpha", "dropout", "lora_dropout"})
+_UNSET = "<unset>"
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    node = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _UNSET
+        node = node[part]
+    return node
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict) and value:
+        for key, sub in value.items():
+            _flatten(f"{prefix}.{key}", sub, out)
+    else:
+        out[prefix] = list(value) if isinstance(value, tuple) else value
+
+
+def _resume_view(cfg: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in RESUME_MUST_MATCH:
+        value = _get(cfg, key)
+        if key == "grpo.lora" and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k not in LORA_SHAPE_FREE}
+        _flatten(key, value, out)
+    return out
+
+
+def check_resume_config(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted keys (under :data:`RESUME_MUST_MATCH`) whose values differ between a checkpoint's
+    config and the config of the run resuming from it; empty when resuming is safe."""
+    a, b = _resume_view(saved), _resume_view(new)
+    return sorted(k for k in set(a) | set(b) if a.get(k, _UNSET) != b.get(k, _UNSET))
+
+
+def check_resume(checkpoint: str | Path, config: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's state, after checking ``config`` may resume from it (``ValueError`` saying what differs)."""
+    state = read_state(checkpoint)
+    saved = state.get("config")
+    if not isinstance(saved, dict):
+        raise ValueError(f"{Path(checkpoint) / STATE_FILE}: has no 'config' to compare the resumed run with")
+    differ = check_resume_config(saved, config)
+    if differ:
+        a, b = _resume_view(saved), _resume_view(config)
+        what = "; ".join(f"{k}: {json.dumps(a.get(k, _UNSET))} in the checkpoint, {json.dumps(b.get(k, _UNSET))} now"
+                         for k in differ)
+        raise ValueError(f"cannot resume from {checkpoint}: {what} (these fix the weights' shapes or the task "
+                         "order; resume with the checkpoint's values, or start a new run_dir)")
+    return state

@@ -2,12 +2,23 @@
 
 Subcommand modules are imported lazily so ``toolgym envs`` does not pay for torch.
 Each module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
+
+Errors. Bad input ends in exit status 2 and one line on stderr (``toolgym CMD: error: ...``),
+never a traceback; the rule is by exception type (:func:`is_user_error`): a bad command line,
+``ValueError`` (and its JSON/Unicode subclasses), ``OSError`` (missing, unreadable or misplaced
+files), ``KeyError`` (an unknown name), gymnasium's, omegaconf's and YAML's errors. Every other
+exception (``TypeError``, ``AttributeError``, ``IndexError``, ``RuntimeError``...) is a bug in
+toolgym and keeps its traceback. ``TOOLGYM_DEBUG=1`` shows the traceback of user errors too.
+Outputs are checked before any work (:func:`check_output_file`, :func:`check_output_dir`), so a
+misplaced ``--json`` fails in a second, not after a whole evaluation.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from pathlib import Path
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -18,10 +29,69 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("toolgym.trainers.train_cmd", "train a policy with local GRPO from a YAML config"),
     "export-verl": ("toolgym.trainers.export_verl", "write an env's tasks as the parquet dataset verl reads"),
 }
+# Library modules whose exceptions describe bad input (config syntax, env ids), not toolgym bugs.
+USER_ERROR_MODULES = ("gymnasium.error", "omegaconf.errors", "yaml.error")
+MAX_MESSAGE_CHARS = 1000
+
+
+class CommandLineError(ValueError):
+    """A malformed command line (argparse's errors, raised instead of exiting)."""
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse that raises :class:`CommandLineError` instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise CommandLineError(f"{message} (see `{self.prog} --help`)")
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` reports bad input (one line, exit 2) rather than a bug (traceback)."""
+    if isinstance(exc, (ValueError, OSError, KeyError)):
+        return True
+    return any(cls.__module__ in USER_ERROR_MODULES for cls in type(exc).__mro__)
+
+
+def one_line(exc: BaseException) -> str:
+    """The exception's message on one line, capped (some libraries write paragraphs)."""
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str) else str(exc)
+    text = " ".join(text.split()) or type(exc).__name__
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"
+
+
+def check_output_file(path: str | Path | None, flag: str) -> None:
+    """Fail now if ``path`` cannot become a file: it is a folder, or a parent is a file."""
+    if path is None:
+        return
+    p = Path(path)
+    if str(path).endswith(("/", os.sep)) or p.is_dir():
+        raise ValueError(f"{flag} {path}: is a folder; give a file path")
+    _check_parents(p, flag)
+
+
+def check_output_dir(path: str | Path | None, flag: str) -> None:
+    """Fail now if ``path`` cannot become a folder: it is a file, or a parent is a file."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{flag} {path}: is a file; give a folder path")
+    _check_parents(p, flag)
+
+
+def _check_parents(p: Path, flag: str) -> None:
+    """The nearest existing ancestor must be a writable folder (missing ones are created later)."""
+    parent = next((a for a in p.absolute().parents if a.exists()), None)
+    if parent is None:
+        return
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {p}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {p}: cannot write in {parent}")
 
 
 def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, str | None]:
-    parser = argparse.ArgumentParser(prog="toolgym", description="RL environments for agentic tool search")
+    parser = OneLineArgumentParser(prog="toolgym", description="RL environments for agentic tool search")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_text) in SUBCOMMANDS.items():
@@ -35,18 +105,22 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, chosen = build_parser(argv)
     if chosen is None or chosen not in SUBCOMMANDS:
+        if chosen is not None:
+            print(f"toolgym: error: unknown command {chosen!r}; choose one of {sorted(SUBCOMMANDS)}", file=sys.stderr)
+            return 2
         parser.print_help()
-        return 0 if chosen is None else 2
-    args, extra = parser.parse_known_args(argv)
-    args.overrides = extra  # key=value config overrides for `train`
-    if extra and chosen != "train":
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    module = importlib.import_module(SUBCOMMANDS[chosen][0])
+        return 0
     try:
+        args, extra = parser.parse_known_args(argv)
+        args.overrides = extra  # key=value config overrides for `train`
+        if extra and chosen != "train":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        module = importlib.import_module(SUBCOMMANDS[chosen][0])
         return int(module.run(args) or 0)
-    except (ValueError, FileNotFoundError, KeyError) as exc:
-        # User errors get one clear line, not a traceback.
-        print(f"toolgym {chosen}: error: {exc}", file=sys.stderr)
+    except Exception as exc:
+        if not is_user_error(exc) or os.environ.get("TOOLGYM_DEBUG"):
+            raise
+        print(f"toolgym {chosen}: error: {one_line(exc)}", file=sys.stderr)
         return 2
 
 

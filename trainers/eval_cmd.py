@@ -4,12 +4,12 @@ Retriever mode (default) ranks tools for each task's request, optionally split i
 (``--decompose clauses``), reranked (``--rerank``) and cut to a fixed or dynamic top-K, and
 reports NDCG@k / Recall@k / Completeness@k overall and per group (StableToolBench's G1..G3).
 Agent mode (``--env ID --agent NAME``) and policy mode (``--policy CHECKPOINT``) run whole
-episodes and report selection F1/P/R/Match, SRecall and turns.
+episodes and report selection F1/P/R/Match, SRecall and turns; with ``--tasks``/``--corpus``
+they run on the user's own data (registered as a dataset the env is built on).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
@@ -21,7 +21,30 @@ import numpy as np
 from toolgym.data.records import Task
 from toolgym.retrieval.corpus import ToolCorpus
 from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k, recall_at_k, selection_prf
+from toolgym.trainers.cli import check_output_file
 
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--split", default=None, help="dataset split, where the dataset has several")
     src.add_argument("--tasks", help="tasks JSONL (Task records) — with --corpus, instead of --dataset")
     src.add_argument("--corpus", help="corpus JSONL (Tool records)")
-    src.add_argument("--limit", type=int, default=None, help="evaluate the first N tasks only")
+    src.add_argument("--limit", type=positive_int, default=None, help="evaluate the first N tasks only")
     ret = parser.add_argument_group("retriever mode")
     ret.add_argument("--retriever", default="bm25", choices=["bm25", "dense", "hybrid"])
     ret.add_argument("--model", default=None, help="embedding model path or id (default: packaged MiniLM)")
@@ -39,16 +62,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ret.add_argument("--decompose", default="none", choices=["none", "clauses"],
                      help="retrieve per clause of the request and fuse the lists (round robin)")
     ret.add_argument("--topk", default="10", help="final list size: an integer or 'dynamic' (Algorithm 2)")
-    ret.add_argument("--candidates", type=int, default=20,
+    ret.add_argument("--candidates", type=positive_int, default=20,
                      help="list depth that --rerank reorders and --topk dynamic cuts (the paper's avg K is 8-12)")
     ret.add_argument("--k", default="1,3,5,10", help="comma-separated cutoffs for N@k, R@k, C@k")
     ep = parser.add_argument_group("agent / policy mode")
     ep.add_argument("--env", help="environment id, e.g. toolgym/ToolSearch-StableToolBench-v0")
     ep.add_argument("--agent", help="scripted agent: raw | oracle | random")
     ep.add_argument("--policy", help="a trained checkpoint folder (or model path) to run in --env")
-    ep.add_argument("--group-size", type=int, default=1, help="rollouts per task (for --save-rollouts)")
+    ep.add_argument("--group-size", type=positive_int, default=1, help="rollouts per task (for --save-rollouts)")
     ep.add_argument("--save-rollouts", help="write the rollouts JSONL that `toolgym replay` re-scores")
-    ep.add_argument("--seed", type=int, default=0)
+    ep.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--json", help="write the metrics as JSON to this path")
 
 
@@ -66,11 +89,54 @@ def load_eval_data(args: argparse.Namespace) -> tuple[str, ToolCorpus, list[Task
         name = Path(args.tasks).stem
     else:
         raise ValueError("give --dataset NAME, or both --tasks PATH and --corpus PATH")
+    check_unique_task_ids(tasks, args.tasks or name)
     if args.limit is not None:
+        if args.limit < 1:
+            raise ValueError(f"--limit must be a positive integer, got {args.limit}")
         tasks = tasks[: args.limit]
     if not tasks:
         raise ValueError("no tasks to evaluate")
     return name, corpus, tasks
+
+
+def check_unique_task_ids(tasks: Sequence[Task], source: str) -> None:
+    """Each task once: a repeated id would be scored (and averaged) twice."""
+    seen: set[str] = set()
+    for task in tasks:
+        if task.id in seen:
+            raise ValueError(f"{source}: duplicate task id {task.id!r}; task ids must be unique")
+        seen.add(task.id)
+
+
+def check_env_id(env_id: str) -> None:
+    """The id must be a registered toolgym environment (``toolgym envs``)."""
+    import difflib
+
+    from toolgym.envs import registered_ids
+
+    ids = registered_ids()
+    if env_id not in ids:
+        close = difflib.get_close_matches(env_id, ids, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown env id {env_id!r}{hint} (`toolgym envs` lists them)")
+
+
+def check_policy_path(policy: str) -> None:
+    """``--policy`` must name a checkpoint/run/model folder or file, a model alias or a cached model id."""
+    from toolgym.agents.hf_policy import SMOLLM2_ALIASES, TINY_ALIASES
+
+    aliases = SMOLLM2_ALIASES | TINY_ALIASES
+    if policy in aliases or Path(policy).exists():
+        return
+    try:  # a Hugging Face id already in the local cache (nothing downloads)
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(policy, "config.json"), str):
+            return
+    except Exception:  # noqa: BLE001 - not a valid hub id: report it as a missing path below
+        pass
+    raise FileNotFoundError(f"--policy {policy}: no such checkpoint, run folder or model file, and not a model "
+                            f"alias ({', '.join(sorted(aliases))}) or a cached model id")
 
 
 def parse_ks(text: str) -> list[int]:
@@ -203,9 +269,21 @@ def print_table(title: str, result: dict[str, Any], keys: Sequence[str]) -> None
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
+def write_json_output(path: str, result: dict[str, Any]) -> None:
+    from toolgym.trainers.checkpoint import write_json
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, result)
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.env or args.agent or args.policy:
+    # Outputs are checked first: a misplaced path must not cost a whole evaluation.
+    check_output_file(args.json, "--json")
+    check_output_file(args.save_rollouts, "--save-rollouts")
+    if args.env is not None or args.agent or args.policy:
         return run_episodes(args)
+    if args.save_rollouts:
+        raise ValueError("--save-rollouts needs --env and --agent (retriever mode has no rollouts)")
     name, corpus, tasks = load_eval_data(args)
     ks = parse_ks(args.k)
     from toolgym.retrieval import build_index
@@ -224,28 +302,43 @@ def run(args: argparse.Namespace) -> int:
     print_table(f"{name}: {args.retriever}" + (" + rerank" if args.rerank else "")
                 + (" + clauses" if args.decompose != "none" else "") + f", top-K={args.topk}", result, keys)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        write_json_output(args.json, result)
     return 0
 
 
 def run_episodes(args: argparse.Namespace) -> int:
     """Agent or policy mode: whole episodes in an environment."""
-    if not args.env:
+    if args.env is None:
         raise ValueError("--agent and --policy need --env ID (see `toolgym envs`)")
     if bool(args.agent) == bool(args.policy):
         raise ValueError("give exactly one of --agent NAME or --policy CHECKPOINT with --env")
+    check_env_id(args.env)
+    if args.policy:
+        check_policy_path(args.policy)
+        if args.save_rollouts or args.group_size != 1:
+            raise ValueError("--save-rollouts and --group-size work with --agent; --policy runs one greedy episode per task")
+    dataset = args.dataset
+    if args.tasks or args.corpus:
+        # The user's own data: registered under a dataset name the env is then built on.
+        from toolgym.envs import register_dataset
+
+        _, corpus, tasks = load_eval_data(args)
+        dataset = f"user:{Path(args.tasks).name}"
+        register_dataset(dataset, corpus, tasks)
+    if args.save_rollouts:
+        Path(args.save_rollouts).parent.mkdir(parents=True, exist_ok=True)
     if args.agent:
         from toolgym.agents import make_agent
         from toolgym.trainers.agent_eval import evaluate_agent
 
-        result = evaluate_agent(args.env, make_agent(args.agent, seed=args.seed), dataset=args.dataset,
+        result = evaluate_agent(args.env, make_agent(args.agent, seed=args.seed), dataset=dataset,
                                 split=args.split, limit=args.limit, group_size=args.group_size,
                                 save_rollouts=args.save_rollouts, seed=args.seed)
         who = f"agent={args.agent}"
     else:
         from toolgym.trainers.train_cmd import evaluate_policy
 
-        env_kwargs = {"dataset": args.dataset} if args.dataset else None
+        env_kwargs = {"dataset": dataset} if dataset else None
         raw = evaluate_policy(args.policy, args.env, split=args.split, num_tasks=args.limit, env_kwargs=env_kwargs)
         # Same key style as the agent table (percentages for rates).
         names = {"f1": "F1", "match": "Match", "search_recall": "SRecall", "search_turns": "turns"}
@@ -255,7 +348,7 @@ def run_episodes(args: argparse.Namespace) -> int:
         result["n"] = raw.get("num_tasks")
         who = f"policy={args.policy}"
     keys = [k for k in ("reward", "F1", "P", "R", "Match", "SRecall", "turns", "invalid") if k in result]
-    print_table(f"{args.env}: {who}", result, keys)
+    print_table(f"{args.env}: {who}" + (f" on {dataset}" if dataset else ""), result, keys)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        write_json_output(args.json, result)
     return 0

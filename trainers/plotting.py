@@ -1,8 +1,9 @@
 """A PNG of a run's training curves from its JSONL metrics."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from toolgym.trainers.checkpoint import read_metrics  # tolerates a half-written last line
 
 PANELS = [
     ("reward", "reward (mean over rollouts)"),
@@ -12,15 +13,6 @@ PANELS = [
     ("search_turns", "search turns / episode"),
     ("invalid_rate", "invalid action rate"),
 ]
-
-
-def read_metrics(path: str | Path) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                rows.append(json.loads(line))
-    return rows
 
 
 def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str | None = None) -> Path:

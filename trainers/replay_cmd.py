@@ -268,6 +268,9 @@ def replay(path: str, schemes: list[str], out: str | Path, retrieve: Callable | 
 
 
 def run(args: argparse.Namespace) -> int:
+    from toolgym.trainers.cli import check_output_dir
+
+    check_output_dir(args.out, "--out")  # before the scoring, not after it
     retrieve = make_retrieve(args.dataset, args.corpus, args.retriever)
     report = replay(args.rollouts, args.scheme, args.out, retrieve)
     print_table(report)

@@ -10,7 +10,6 @@ checkpoint with no lost or repeated step (:func:`resume_from_checkpoint`).
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -35,6 +34,8 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     t, seed, run_dir = cfg.train, int(cfg.seed), Path(cfg.run_dir)
     if not resume and ckpt.latest_checkpoint(run_dir) is not None:
         raise ValueError(f"{run_dir} already holds checkpoints: pass --resume to continue, or choose another run_dir")
+    if resume and (latest := ckpt.latest_checkpoint(run_dir)) is not None:
+        ckpt.check_resume(latest, to_plain(cfg))  # before any model is built: say what differs, not a tensor-size error
     # Everything a config can get wrong fails here, before the model loads.
     envs = make_envs(cfg.env.id, training_env_kwargs(cfg), t.group_size * t.tasks_per_step)
     tasks = env_tasks(envs[0])[: t.max_tasks or None]
@@ -193,8 +194,10 @@ def make_evaluation(cfg: Any, progress: bool) -> Any:
     tasks = choose_tasks(envs[0], None, e.num_tasks) if envs else []
 
     def run(phase: str, policy: Any, run_dir: Path, reuse: bool) -> dict[str, Any]:
+        from toolgym.trainers import checkpoint as ckpt
+
         path = run_dir / "eval.json"
-        evals = json.loads(path.read_text()) if reuse and path.exists() else {}
+        evals = ckpt.read_json(path) if reuse and path.exists() else {}
         if not getattr(e, phase) or phase in evals:
             return evals
         from dataclasses import replace
@@ -209,7 +212,7 @@ def make_evaluation(cfg: Any, progress: bool) -> Any:
         finally:
             policy.sampling = saved
         evals[phase].update(env_id=cfg.env.id, num_tasks=evals[phase]["tasks"])
-        path.write_text(json.dumps(evals, indent=2))
+        ckpt.write_json(path, evals)  # atomic: a kill never leaves a truncated eval.json
         return evals
 
     return run
@@ -229,10 +232,7 @@ def resume_from_checkpoint(run_dir: Path, trainer: Any) -> int:
         ckpt.load_optimizer(latest, trainer.optimizer)
         step = int(ckpt.read_state(latest)["step"])
         print(f"resuming from {latest} at step {step}")
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.exists():
-        kept = [line for line in metrics.read_text().splitlines() if line.strip() and json.loads(line).get("step", -1) < step]
-        metrics.write_text("".join(k + "\n" for k in kept))
+    ckpt.keep_metrics_before(run_dir / "metrics.jsonl", step)  # atomic rewrite, tolerant of a half-written line
     return step
 
 
@@ -323,5 +323,6 @@ def log_step(run_dir: Path, row: dict[str, Any], tasks: Sequence[Any], groups: S
         (run_dir / "rollouts").mkdir(exist_ok=True)
         write_rollouts(run_dir / "rollouts" / f"step_{row['step']:06d}.jsonl",
                        [(task, [r.trajectory for r in g]) for task, g in zip(tasks, groups)])
-    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
+    from toolgym.trainers.checkpoint import append_metrics_line
+
+    append_metrics_line(run_dir / "metrics.jsonl", row)

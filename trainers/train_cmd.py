@@ -33,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
     cfg = load_config(args.config, getattr(args, "overrides", None) or [])
+    from toolgym.trainers.cli import check_output_dir
+
+    check_output_dir(cfg.run_dir, "run_dir")  # before any work: a run_dir that is a file fails now
     if args.print_config:
         print(OmegaConf.to_yaml(cfg))
         return 0
