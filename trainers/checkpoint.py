@@ -223,7 +223,7 @@ def keep_metrics_before(path: str | Path, step: int) -> list[dict[str, Any]]:
 # Settings a resumed run must share with its checkpoint: those that fix the trainable weights'
 # shapes (model, LoRA rank and targets) or the task order (seed, env and its training data,
 # tasks per step). Everything else may change; ``train.steps`` typically grows.
-RESUME_MUST_MATCH = ("model.name", "seed", "env.id", "env.kwargs", "env.train_kwargs",
+RESUME_MUST_MATCH = ("model.name", "model.init_from", "seed", "env.id", "env.kwargs", "env.train_kwargs",
                      "train.tasks_per_step", "train.max_tasks", "grpo.lora")
 # LoRA settings that scale the update but leave every tensor's shape alone.
 LORA_SHAPE_FREE = frozenset({"alpha", "lora_alpha", "dropout", "lora_dropout"})
