@@ -130,20 +130,25 @@ def load_optimizer(checkpoint: str | Path, optimizer: Any) -> None:
 
 
 # -- JSON files of a run --------------------------------------------------------------------
-def write_json(path: str | Path, obj: Any) -> None:
-    """Write ``obj`` as JSON via a temporary file and ``os.replace``: readers (and a resumed run)
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` via a temporary file, fsync and ``os.replace``: readers (and a resumed run)
     see the old file or the new one, never half of one."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(obj, indent=2, default=str) + "\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as JSON atomically (:func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
 def read_json(path: str | Path) -> Any:
@@ -206,16 +211,7 @@ def keep_metrics_before(path: str | Path, step: int) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     kept = [r for r in read_metrics(path) if r.get("step", -1) < step]
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r) + "\n" for r in kept)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
     return kept
 
 
