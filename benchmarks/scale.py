@@ -126,12 +126,12 @@ def bench_rollouts(args, ray) -> dict:
 
 def bench_sync(backend, policy) -> dict:
     """``sync_weights`` seconds and bytes: every parameter (full fine-tuning) vs a LoRA adapter."""
-    from toolgym.trainers.grpo import GRPOTrainer
+    from toolgym.agents.hf_policy import apply_lora
 
     t0 = time.perf_counter()
     full = backend.sync_weights(policy.model)
     full_s = time.perf_counter() - t0
-    lora_model = GRPOTrainer(policy.model, {"lora": {"r": 16, "alpha": 32}, "kl_coef": 0.0}).model
+    lora_model = apply_lora(policy.model, {"r": 16, "lora_alpha": 32})
     backend.sync_weights(lora_model)  # the first adapter also wraps each worker's model in LoRA
     t0 = time.perf_counter()
     lora = backend.sync_weights(lora_model)  # steady state: what every later step pays

@@ -109,13 +109,12 @@ def test_one_worker_sampling_equals_the_local_backend_after_a_weight_sync(cluste
 
 @pytest.mark.slow
 def test_two_workers_ship_only_the_lora_adapter_and_match_greedy_local(cluster, one_thread):
-    from toolgym.trainers.grpo import GRPOTrainer
+    from toolgym.agents.hf_policy import apply_lora
 
     sampling = {"max_new_tokens": 8, "temperature": 0.0}
     local = tiny_policy(sampling)
     full_bytes = sum(p.numel() * 4 for p in local.model.parameters())
-    local.model = GRPOTrainer(local.model, {"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
-                                            "kl_coef": 0.0}).model
+    local.model = apply_lora(local.model, {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]})
     torch.manual_seed(3)
     with torch.no_grad():
         for name, p in local.model.named_parameters():
