@@ -15,6 +15,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "envs": ("toolgym.trainers.envs_cmd", "list the registered environment ids"),
     "replay": ("toolgym.trainers.replay_cmd", "re-score saved rollouts under several reward schemes"),
     "train": ("toolgym.trainers.train_cmd", "train a policy with local GRPO from a YAML config"),
+    "fit-retriever": ("toolgym.trainers.fit_retriever", "fine-tune the MiniLM bi-encoder (InfoNCE + mined hard negatives)"),
+    "fit-reranker": ("toolgym.trainers.fit_reranker", "train the cross-encoder reranker: point-wise, list-wise, self-distilled"),
+    "fit-preference": ("toolgym.trainers.fit_preference", "train the decomposition preference scorer s(x, y) on UltraTool pairs"),
 }
 
 
