@@ -165,3 +165,13 @@ def test_embedding_cache_is_keyed_by_the_weights_of_a_model_folder(tmp_path, mon
     second = _model_slug(str(folder))
     monkeypatch.chdir(tmp_path)
     assert _model_slug("model") == second  # a relative path names the same folder, same cache file
+
+
+def test_mine_with_index_is_eq_22_over_the_index_list(seal, bm25):
+    from toolgym.trainers.fit_retriever import mine_with_index
+
+    tasks = [t for t in seal.tasks if len(t.gold) >= 2][:4]
+    mined = mine_with_index(bm25, tasks, k=3, depth=20)
+    for task in tasks:
+        ranked = bm25.search(task.context_text(), k=20).ids
+        assert mined[task.id] == [t for t in ranked if t not in task.gold][:3]

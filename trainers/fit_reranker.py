@@ -214,6 +214,7 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
     retrieved_negs = {t.id: [i for i in pools[t.id] if i not in t.gold] for t in train_tasks}
 
     reranker = load_reranker(cfg.model, int(cfg.max_length))
+    reranker.corpus = corpus  # rerank_heldout reads each candidate's text from it
     summary: dict[str, Any] = {"command": "fit-reranker", "stages": {}, "train_tasks": len(train_tasks),
                                "eval_tasks": len(eval_tasks), "retriever": cfg.retriever,
                                "retriever_model": cfg.retriever_model, "candidates": depth}
