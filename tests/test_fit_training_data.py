@@ -175,3 +175,14 @@ def test_mine_with_index_is_eq_22_over_the_index_list(seal, bm25):
     for task in tasks:
         ranked = bm25.search(task.context_text(), k=20).ids
         assert mined[task.id] == [t for t in ranked if t not in task.gold][:3]
+
+
+def test_a_share_of_a_spent_budget_is_spent_and_zero_means_no_limit():
+    from toolgym.trainers.fit_common import Budget
+
+    used = Budget(1 / 60)  # one second
+    used.start -= 5  # five seconds ago
+    assert used.spent() and used.share(0.5).spent() and used.share(1.0).spent()
+    fresh = Budget(10)
+    assert not fresh.spent() and not fresh.share(0.5).spent()
+    assert not Budget(0).spent() and not Budget(0).share(0.3).spent()  # <= 0: unlimited

@@ -49,7 +49,12 @@ class Budget:
         """A sub-budget of ``fraction`` of what is left (for one stage of a multi-stage run)."""
         if self.seconds <= 0:
             return Budget(0)
-        return Budget(max(self.seconds - self.elapsed(), 0.0) * fraction / 60.0)
+        left = (self.seconds - self.elapsed()) * fraction
+        # Never Budget(0), which means "no limit": a used-up budget's share is used up too.
+        out = Budget(max(left, 1e-6) / 60.0)
+        if left <= 0:
+            out.start -= 1.0
+        return out
 
 
 class MetricsLog:
