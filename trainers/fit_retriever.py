@@ -1,0 +1,216 @@
+"""``toolgym fit-retriever CONFIG``: fine-tune the MiniLM bi-encoder (MagicSelector §4.1, §4.3).
+
+Loss: in-batch InfoNCE, eq. 13, as sentence-transformers' ``MultipleNegativesRankingLoss``
+(scale = 1/τ; every other positive and negative in the batch is a negative too). Negatives
+follow Algorithm 1: round 0 uses random negatives; each later round r uses the current model
+as teacher and mines its top-scored wrong tools over the whole corpus (eq. 22,
+:func:`toolgym.retrieval.training_data.top_k_hard_negatives`) for the next round's student
+(the same model, trained on). The result is a sentence-transformers folder
+``<output_dir>/model``: ``toolgym eval --retriever dense --model <output_dir>/model`` or
+``build_index(corpus, "dense", model=...)`` uses it, with its own embedding cache.
+
+Writes ``metrics.jsonl`` (loss per step, held-out N@k / C@k at the end), ``curves.png`` and
+``summary.json`` into ``output_dir``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolgym.trainers.fit_common import (
+    DATA_DEFAULTS,
+    Budget,
+    MetricsLog,
+    add_config_arguments,
+    config_from_args,
+    linear_warmup,
+    load_train_eval,
+    plot_fit_curves,
+    set_seed,
+)
+
+DEFAULTS: dict[str, Any] = {
+    "model": "minilm",  # packaged all-MiniLM-L6-v2, or a sentence-transformers folder
+    **DATA_DEFAULTS,
+    "output_dir": "runs/fit_retriever",
+    "seed": 0,
+    "budget_minutes": 6.0,  # wall clock of training + later mining rounds; <= 0 = no limit
+    "epochs": 1,  # per round
+    "max_steps": 0,  # per round; 0 = no limit
+    "batch_size": 32,
+    "lr": 3.0e-5,
+    "warmup_ratio": 0.1,
+    "max_length": 128,
+    "scale": 20.0,  # 1/τ of eq. 13
+    "negatives_per_query": 1,
+    # Negatives of round 0: "random" (Algorithm 1, line 2) or "model" = mined by the starting
+    # model through a dense ToolIndex (its corpus embeddings are cached, so this is cheap on reruns).
+    "first_negatives": "random",
+    "hard_negative_rounds": 1,  # R of Algorithm 1: rounds mined by the model being trained
+    "eval_ks": [1, 5, 10],
+    "progress": True,
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+
+
+def mean_retrieval_metrics(rankings: Sequence[Sequence[str]], tasks: Sequence[Any], ks: Sequence[int]) -> dict[str, float]:
+    """Mean N@k and C@k in % over tasks (toolgym.retrieval.metrics)."""
+    from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
+
+    out = {}
+    for k in ks:
+        out[f"N@{k}"] = 100.0 * float(np.mean([ndcg_at_k(r, t.gold, k) for r, t in zip(rankings, tasks)]))
+        out[f"C@{k}"] = 100.0 * float(np.mean([completeness_at_k(r, t.gold, k) for r, t in zip(rankings, tasks)]))
+    return out
+
+
+def _encode(model: Any, texts: list[str], progress: bool = False) -> np.ndarray:
+    model.eval()
+    vecs = model.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=progress)
+    return np.asarray(vecs, dtype=np.float32)
+
+
+def mine_with_model(model: Any, corpus: Any, tasks: Sequence[Any], k: int, depth: int = 50,
+                    tool_vectors: np.ndarray | None = None) -> dict[str, list[str]]:
+    """Teacher step of Algorithm 1 for the retriever: s_r = cosine under the current model,
+    candidate pool = its top ``depth`` tools, then eq. 22."""
+    from toolgym.retrieval.training_data import top_k_hard_negatives
+
+    tools = tool_vectors if tool_vectors is not None else _encode(model, corpus.texts())
+    queries = _encode(model, [t.context_text() for t in tasks])
+    scores = queries @ tools.T
+    depth = min(depth, scores.shape[1])
+    top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
+    ids = corpus.ids
+    out = {}
+    for row, task in enumerate(tasks):
+        cand = top[row]
+        out[task.id] = top_k_hard_negatives([ids[i] for i in cand], scores[row, cand], task.gold, k)
+    return out
+
+
+def mine_with_index(index: Any, tasks: Sequence[Any], k: int, depth: int = 50) -> dict[str, list[str]]:
+    """Eq. 22 with any ``ToolIndex`` as teacher: its top ``depth`` list, gold removed, first ``k``."""
+    from toolgym.retrieval.training_data import top_k_hard_negatives
+
+    found = index.search_batch([t.context_text() for t in tasks], k=depth)
+    return {t.id: top_k_hard_negatives(list(r.ids), None, t.gold, k) for t, r in zip(tasks, found)}
+
+
+def train_round(model: Any, triples: list[Any], cfg: Any, budget: Budget, log: MetricsLog, stage: str,
+                step0: int, rng: random.Random) -> int:
+    """One round of eq. 13 over ``triples``; returns the global step reached."""
+    import torch
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.util import batch_to_device
+    from tqdm.auto import tqdm
+
+    from toolgym.retrieval.training_data import no_duplicate_batches
+
+    loss_fn = MultipleNegativesRankingLoss(model, scale=float(cfg.scale))
+    batches = []
+    for _ in range(max(int(cfg.epochs), 1)):
+        batches += no_duplicate_batches(triples, int(cfg.batch_size), lambda t: (t.query, t.positive, *t.negatives), rng)
+    if int(cfg.max_steps) > 0:
+        batches = batches[: int(cfg.max_steps)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=float(cfg.lr))
+    scheduler = linear_warmup(optimizer, int(float(cfg.warmup_ratio) * len(batches)), len(batches))
+    model.train()
+    step = step0
+    bar = tqdm(batches, desc=f"fit-retriever {stage}", disable=not cfg.progress)
+    for batch in bar:
+        if budget.spent():
+            log.write({"stage": stage, "step": step, "event": "budget_spent", "elapsed_s": budget.elapsed()})
+            break
+        items = [triples[i] for i in batch]
+        columns = [[t.query for t in items], [t.positive for t in items]]
+        columns += [[t.negatives[j] for t in items] for j in range(len(items[0].negatives))]
+        features = [batch_to_device(model.preprocess(c), model.device) for c in columns]
+        loss = loss_fn(features, None)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        step += 1
+        log.write({"stage": stage, "step": step, "loss": float(loss.item()), "lr": scheduler.get_last_lr()[0]})
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+    bar.close()
+    return step
+
+
+def fit_retriever(cfg: Any) -> dict[str, Any]:
+    """Run Algorithm 1 with eq. 13 for the bi-encoder; returns the summary (also written to disk)."""
+    import torch
+    from omegaconf import OmegaConf
+    from sentence_transformers import SentenceTransformer
+
+    from toolgym.retrieval import build_index
+    from toolgym.retrieval.models import resolve_embedding_model
+    from toolgym.retrieval.training_data import contrastive_triples, random_negatives
+
+    set_seed(int(cfg.seed))
+    rng = random.Random(int(cfg.seed))
+    out_dir = Path(cfg.output_dir)
+    log = MetricsLog(out_dir)
+    corpus, train_tasks, eval_tasks = load_train_eval(cfg)
+    clock = Budget(0)  # wall clock of the whole command
+
+    with torch.random.fork_rng(devices=[]):
+        model = SentenceTransformer(resolve_embedding_model(cfg.model), device="cpu", local_files_only=True)
+    model.max_seq_length = int(cfg.max_length)
+    m = int(cfg.negatives_per_query)
+    rounds = max(int(cfg.hard_negative_rounds), 0)
+    if cfg.first_negatives == "random":
+        negatives = {t.id: random_negatives(t.gold, corpus.ids, m, rng) for t in train_tasks}
+    elif cfg.first_negatives == "model":
+        negatives = mine_with_index(build_index(corpus, "dense", model=cfg.model), train_tasks, m)
+    else:
+        raise ValueError(f"first_negatives must be 'random' or 'model', got {cfg.first_negatives!r}")
+    # The budget bounds training and later mining; the first negatives' cost is a one-off
+    # corpus encoding that the embedding cache keeps.
+    budget = Budget(float(cfg.budget_minutes))
+    step, round_info = 0, []
+    for r in range(rounds + 1):
+        stage = f"{cfg.first_negatives}_negatives" if r == 0 else f"hard_negatives_{r}"
+        if r > 0:
+            if budget.spent():
+                break
+            negatives = mine_with_model(model, corpus, train_tasks, m)
+        triples = contrastive_triples(train_tasks, corpus, negatives, m)
+        start = step
+        step = train_round(model, triples, cfg, budget.share(1.0 / (rounds + 1 - r)), log, stage, step, rng)
+        round_info.append({"stage": stage, "triples": len(triples), "steps": step - start})
+    model_dir = out_dir / "model"
+    model.save(str(model_dir))
+
+    index = build_index(corpus, "dense", model=str(model_dir))
+    ks = [int(k) for k in cfg.eval_ks]
+    ranked = index.search_batch([t.context_text() for t in eval_tasks], k=max(ks))
+    heldout = mean_retrieval_metrics([r.ids for r in ranked], eval_tasks, ks)
+    log.write({"stage": "eval", "step": step, **{f"heldout_{k}": v for k, v in heldout.items()}})
+    summary = {
+        "command": "fit-retriever", "model_dir": str(model_dir), "steps": step, "rounds": round_info,
+        "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "elapsed_s": clock.elapsed(),
+        "training_s": budget.elapsed(),
+        "budget_minutes": float(cfg.budget_minutes), "heldout": heldout,
+        "config": OmegaConf.to_container(cfg),
+    }
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plot_fit_curves(log.path, out_dir / "curves.png", ["loss", "lr"], "fit-retriever (eq. 13, InfoNCE)")
+    return summary
+
+
+def run(args: argparse.Namespace) -> int:
+    summary = fit_retriever(config_from_args(args, DEFAULTS))
+    print(json.dumps({k: summary[k] for k in ("model_dir", "steps", "elapsed_s", "heldout")}, indent=2))
+    return 0
