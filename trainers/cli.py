@@ -15,7 +15,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "envs": ("toolgym.trainers.envs_cmd", "list the registered environment ids"),
     "replay": ("toolgym.trainers.replay_cmd", "re-score saved rollouts under several reward schemes"),
     "train": ("toolgym.trainers.train_cmd", "train a policy with local GRPO from a YAML config"),
+    "demos": ("toolgym.trainers.demos", "record scripted demonstration episodes (rejection-sampled) as JSONL"),
+    "sft": ("toolgym.trainers.sft", "supervised warm start on demonstration episodes from a YAML config"),
 }
+# Subcommands whose extra arguments are omegaconf key=value overrides.
+TAKES_OVERRIDES = ("train", "sft")
 
 
 def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, str | None]:
@@ -36,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0 if chosen is None else 2
     args, extra = parser.parse_known_args(argv)
-    args.overrides = extra  # key=value config overrides for `train`
-    if extra and chosen != "train":
+    args.overrides = extra  # key=value config overrides for `train` and `sft`
+    if extra and chosen not in TAKES_OVERRIDES:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     module = importlib.import_module(SUBCOMMANDS[chosen][0])
     try:
