@@ -104,11 +104,14 @@ def collect_demos(env_id: str, agents: Sequence[str], *, split: str | None = "tr
         kept_by_agent[best[2]] = kept_by_agent.get(best[2], 0) + 1
     env.close()
     kept = [g[1][0].env_reward for g in groups]
+    histogram: dict[str, int] = {}
+    if kept:
+        counts, edges = np.histogram(kept, bins=5)
+        histogram = {f"{lo:.2f}": int(c) for lo, c in zip(edges[:-1], counts)}  # bin's lower edge -> count
     stats = {"env_id": env_id, "agents": list(agents), "split": split, "min_reward": min_reward,
              "env_kwargs": env_kwargs or {}, "tasks": len(tasks), "kept": len(groups), "dropped_tasks": dropped,
              "kept_by_agent": kept_by_agent, "reward_all_episodes": _quantiles(all_rewards), "reward_kept": _quantiles(kept),
-             "reward_kept_histogram": dict(zip(*[list(map(lambda x: f"{x:.2f}", np.histogram(kept, bins=5)[1][:-1])),
-                                                 np.histogram(kept, bins=5)[0].tolist()])) if kept else {}}
+             "reward_kept_histogram": histogram}
     return groups, stats
 
 
