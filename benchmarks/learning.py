@@ -42,7 +42,7 @@ RUNS = {
 
 
 def grpo_config(env_name: str, reward: dict[str, Any], model: str, run_dir: Path, budget_s: float | None, seed: int = 0,
-                tasks_per_step: int = 2, group_size: int = 4, config: str | Path | None = None) -> Any:
+                tasks_per_step: int | None = None, group_size: int | None = None, config: str | Path | None = None) -> Any:
     """The GRPO config of one learning run (LoRA on the warm start, fixed time budget, no built-in eval):
     ``config`` (default ``configs/learning_grpo.yaml``) with this run's env, reward, model and budget."""
     from omegaconf import OmegaConf
@@ -61,8 +61,10 @@ def grpo_config(env_name: str, reward: dict[str, Any], model: str, run_dir: Path
     cfg.seed = seed
     cfg.eval.before = cfg.eval.after = False  # evaluated per task here instead
     cfg.train.time_budget_s = budget_s
-    cfg.train.tasks_per_step = tasks_per_step
-    cfg.train.group_size = group_size
+    if tasks_per_step is not None:
+        cfg.train.tasks_per_step = tasks_per_step
+    if group_size is not None:
+        cfg.train.group_size = group_size
     return cfg
 
 
