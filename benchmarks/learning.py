@@ -193,8 +193,8 @@ def report_body(results: dict[str, Any], args: argparse.Namespace) -> str:
                      f"{r['base'].get('invalid_rate', 0):.2f} → {r['warm_start'].get('invalid_rate', 0):.2f}"
                      + (f" → {r['grpo'].get('invalid_rate', 0):.2f}" if "grpo" in r else "")])
     body = (
-        f"Base `{args.base}`, warm start `{args.warm_start}` (`toolgym sft configs/sft_warmstart.yaml`), GRPO with "
-        f"LoRA from the warm start for {args.budget_min:g} min (`configs/learning_grpo.yaml`). Greedy episodes on the "
+        f"Base `{args.base}`, warm start `{args.warm_start}` (a `toolgym sft` run), GRPO with LoRA from the warm start "
+        f"for {args.budget_min:g} min (`{args.config or 'configs/learning_grpo.yaml'}`). Greedy episodes on the "
         "first held-out tasks; mean env reward per stage; gains are paired over the same tasks (± paired standard "
         "error; ✔ = gain > 2 se). Per-task rewards: `benchmarks/results/learning_tasks.json`.\n\n"
         + markdown_table(["env", "reward", "tasks", "base", "warm start", "GRPO", "base→warm", "warm→GRPO",
