@@ -1,14 +1,16 @@
-"""Does local GRPO learn on CPU? Mean held-out reward before vs after a time-budgeted run.
+"""Does the policy learn? Paired held-out comparisons: base model -> warm start -> GRPO.
 
-Two runs, each from the untrained SmolLM2-135M-Instruct with LoRA:
-  1. ``toolgym/Decompose-v0`` (Seal-Tools multi-tool requests, BM25) with the counterfactual
-     reward R_cf (MagicSelector);
-  2. ``toolgym/ToolSearch-v0`` (Seal-Tools, BM25) with the ToolSearcher credit (ESM + TCA).
-Each: greedy evaluation on the held-out split (100 requests by default), GRPO for
-``--budget-min`` minutes, greedy evaluation again; mean reward ± standard error. Not run in CI.
+For every run (an env + a reward scheme): greedy evaluation of the base model and of the warm
+start (``toolgym sft`` output) on the first ``--eval-tasks`` held-out tasks, GRPO from the warm
+start for ``--budget-min`` minutes of CPU wall time (LoRA), greedy evaluation again on the same
+tasks. Every task's numbers are saved (``benchmarks/results/learning_tasks.json``), and each
+comparison is reported as the paired gain ± its paired standard error
+(:func:`toolgym.trainers.paired_eval.paired_gain`); a gain counts when it exceeds 2 se.
+For the decomposer it also reports held-out retrieval C@10 / N@5 of its subtasks against the
+clause splitter and the raw request (same BM25 index, same tasks). Not run in CI.
 
-    python benchmarks/learning.py                 # 30 min per run
-    python benchmarks/learning.py --budget-min 4 --eval-tasks 40
+    python benchmarks/learning.py --warm-start runs/sft_warmstart/model --budget-min 12 --eval-tasks 30
+    python benchmarks/learning.py --warm-start W --runs decompose_counterfactual --budget-min 4
 """
 from __future__ import annotations
 
@@ -16,104 +18,197 @@ import argparse
 import json
 import os
 import sys
-import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write_report  # noqa: E402
+from _report import RESULTS, markdown_table, write_report  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
+# The env settings are those the demonstrations were recorded with (configs/sft_warmstart.yaml).
+ENVS = {
+    "toolsearch": {"id": "toolgym/ToolSearch-v0", "kwargs": {"max_turns": 4}, "max_new_tokens": 96,
+                   "stop_strings": ["</tool_call>"]},
+    "decompose": {"id": "toolgym/Decompose-v0", "kwargs": {"k": 10}, "max_new_tokens": 64, "stop_strings": []},
+}
 RUNS = {
-    "decompose_counterfactual": {
-        "env": {"id": "toolgym/Decompose-v0", "kwargs": {"k": 10}, "train_kwargs": {"split": "train"},
-                "eval_kwargs": {"split": "heldout"}},
-        "reward": {"name": "counterfactual", "options": {"k": 10}},
-        "sampling": {"max_new_tokens": 48, "stop_strings": []},
-    },
-    "toolsearch_toolsearcher": {
-        "env": {"id": "toolgym/ToolSearch-v0", "kwargs": {"max_turns": 3}, "train_kwargs": {"split": "train"},
-                "eval_kwargs": {"split": "heldout"}},
-        "reward": {"name": "toolsearcher", "options": {}},
-        "sampling": {"max_new_tokens": 64},
-    },
+    "toolsearch_toolsearcher": ("toolsearch", {"name": "toolsearcher", "options": {}}),
+    "decompose_counterfactual": ("decompose", {"name": "counterfactual", "options": {"k": 10}}),
+    "toolsearch_grpo_f1": ("toolsearch", {"name": "grpo_f1", "options": {}}),
 }
 
 
-def run_one(name: str, budget_s: float, eval_tasks: int, model: str, out_dir: Path, reuse: bool = False) -> dict:
+def grpo_config(env_name: str, reward: dict[str, Any], model: str, run_dir: Path, budget_s: float | None, seed: int = 0,
+                tasks_per_step: int | None = None, group_size: int | None = None, config: str | Path | None = None) -> Any:
+    """The GRPO config of one learning run (LoRA on the warm start, fixed time budget, no built-in eval):
+    ``config`` (default ``configs/learning_grpo.yaml``) with this run's env, reward, model and budget."""
     from omegaconf import OmegaConf
 
-    from toolgym.trainers.train_cmd import load_config, train
+    from toolgym.trainers.train_cmd import load_config
 
-    run_dir = out_dir / name
-    eval_path = run_dir / "eval.json"
-    if reuse and eval_path.exists() and {"before", "after"} <= set(json.loads(eval_path.read_text())):
-        evals = json.loads(eval_path.read_text())  # a finished run of an earlier invocation
-        rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        summary = {"eval": evals, "steps": len(rows), "train_seconds": sum(r["step_s"] for r in rows)}
-        return _result(name, None, summary)  # budget of that earlier invocation unknown; steps say it
-    cfg = load_config(Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml")
-    for section in ("env", "reward", "sampling"):  # replace, not merge: env kwargs differ per env
-        cfg[section] = OmegaConf.merge(load_config(None)[section], RUNS[name][section])
-    cfg.run_dir = str(run_dir)
+    env = ENVS[env_name]
+    cfg = load_config(config or ROOT / "configs" / "learning_grpo.yaml")
+    cfg.env.id = env["id"]
+    cfg.env.kwargs = OmegaConf.create(env["kwargs"])  # replace, not merge: the envs take different kwargs
+    cfg.reward = OmegaConf.create(reward)
+    cfg.sampling.max_new_tokens = env["max_new_tokens"]
+    cfg.sampling.stop_strings = env["stop_strings"]
     cfg.model.name = model
-    cfg.train.steps = 100_000
+    cfg.run_dir = str(run_dir)
+    cfg.seed = seed
+    cfg.eval.before = cfg.eval.after = False  # evaluated per task here instead
     cfg.train.time_budget_s = budget_s
-    cfg.train.checkpoint_every = 0
-    cfg.train.save_rollouts = False
-    cfg.eval.before = cfg.eval.after = True
-    cfg.eval.num_tasks = eval_tasks
-    summary = train(cfg, progress=True)
-    return _result(name, budget_s, summary)
+    if tasks_per_step is not None:
+        cfg.train.tasks_per_step = tasks_per_step
+    if group_size is not None:
+        cfg.train.group_size = group_size
+    return cfg
 
 
-def _result(name: str, budget_s: float | None, summary: dict) -> dict:
-    """One run's record; ``stderr`` is the standard error of the gain, sqrt(se_before² + se_after²)."""
-    before, after = summary["eval"]["before"], summary["eval"]["after"]
-    gain = after["reward"] - before["reward"]
-    stderr = (before["reward_se"] ** 2 + after["reward_se"] ** 2) ** 0.5
-    return {
-        "env_id": RUNS[name]["env"]["id"], "reward_scheme": RUNS[name]["reward"]["name"], "budget_s": budget_s,
-        "steps": summary["steps"], "train_seconds": summary["train_seconds"],
-        "wall_seconds": summary["train_seconds"] + before.get("seconds", 0.0) + after.get("seconds", 0.0),
-        "eval_tasks": before["num_tasks"], "before": before, "after": after,
-        "gain": gain, "stderr": stderr, "gain_exceeds_2se": bool(gain > 2 * stderr),
-    }
+def run_grpo(run: str, warm_start: str, run_dir: Path, budget_s: float, config: str | None = None) -> dict[str, Any]:
+    """GRPO for one run, once: a finished run (``grpo_done.json``) is not trained again."""
+    from toolgym.trainers.train_cmd import train
+
+    marker = run_dir / "grpo_done.json"
+    if marker.exists():
+        return json.loads(marker.read_text())
+    env_name, reward = RUNS[run]
+    cfg = grpo_config(env_name, reward, warm_start, run_dir, budget_s, config=config)
+    started = time.time()
+    summary = train(cfg, resume=(run_dir / "checkpoints").is_dir(), progress=True)
+    done = {"steps": summary["steps"], "seconds": time.time() - started, "budget_s": budget_s}
+    marker.write_text(json.dumps(done))
+    return done
+
+
+def evaluate(model_or_policy: Any, env_name: str, n: int, cache: Path | None, batch_size: int = 8) -> dict[str, Any]:
+    """Per-task greedy evaluation, cached as JSON (an evaluation is the costly part on CPU)."""
+    from toolgym.trainers.paired_eval import evaluate_per_task
+    from toolgym.trainers.train_cmd import load_policy
+
+    if cache is not None and cache.exists():
+        got = json.loads(cache.read_text())
+        if got["num_tasks"] == n:
+            return got
+    env = ENVS[env_name]
+    policy = load_policy(model_or_policy, sampling={"max_new_tokens": env["max_new_tokens"],
+                                                     "stop_strings": env["stop_strings"]})
+    result = evaluate_per_task(policy, env["id"], {**env["kwargs"], "split": "heldout"}, num_tasks=n,
+                               batch_size=batch_size, max_new_tokens=env["max_new_tokens"])
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def retrieval_baselines(n: int) -> dict[str, dict[str, float]]:
+    """C@10 / N@5 on the first ``n`` held-out Decompose-v0 tasks: the raw request and the clause splitter."""
+    import numpy as np
+
+    from toolgym.agents.scripted import ClauseSplitAgent
+    from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
+    from toolgym.trainers.agent_eval import run_episode
+    from toolgym.trainers.train_cmd import env_tasks, make_envs
+
+    env = make_envs(ENVS["decompose"]["id"], {**ENVS["decompose"]["kwargs"], "split": "heldout"}, 1)[0]
+    tasks = env_tasks(env)[:n]
+    index = env.unwrapped.index
+    raw = [list(r.ids) for r in index.search_batch([t.context_text() for t in tasks], None, 10)]
+    clauses = [run_episode(env, ClauseSplitAgent(), t)[0].selection or [] for t in tasks]
+    out = {}
+    for name, rankings in (("raw request", raw), ("clause splitter", clauses)):
+        out[name] = {"c10": float(np.mean([completeness_at_k(r, t.gold, 10) for r, t in zip(rankings, tasks)])),
+                     "ndcg5": float(np.mean([ndcg_at_k(r, t.gold, 5) for r, t in zip(rankings, tasks)]))}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
+    from toolgym.trainers.paired_eval import compare
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--budget-min", type=float, default=30.0, help="GRPO minutes per run (default 30)")
-    ap.add_argument("--eval-tasks", type=int, default=100, help="held-out requests evaluated before and after")
-    ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
-    ap.add_argument("--out", default=None, help="run folders (default: a temporary folder)")
-    ap.add_argument("--reuse", action="store_true", help="take finished runs (eval.json with before/after) from --out")
+    ap.add_argument("--warm-start", required=True, help="warm-start model folder (`toolgym sft` RUN_DIR/model)")
+    ap.add_argument("--base", default="smollm2", help="the base model (default smollm2)")
+    ap.add_argument("--budget-min", type=float, default=12.0, help="GRPO wall minutes per run (default 12)")
+    ap.add_argument("--eval-tasks", type=int, default=30, help="held-out tasks evaluated at every stage")
+    ap.add_argument("--runs", nargs="+", default=["toolsearch_toolsearcher", "decompose_counterfactual"], choices=list(RUNS))
+    ap.add_argument("--grpo", nargs="*", default=None, metavar="RUN",
+                    help="the runs that also get GRPO (default: all of --runs; none: only base -> warm start)")
+    ap.add_argument("--out", default="runs/learning", help="run folders and cached evaluations")
+    ap.add_argument("--config", default=None, help="GRPO config the runs start from (default configs/learning_grpo.yaml)")
+    ap.add_argument("--no-report", action="store_true", help="print only; leave benchmarks/results and docs alone")
     args = ap.parse_args(argv)
-    out_dir = Path(args.out or tempfile.mkdtemp(prefix="toolgym_learning_"))
-    results_path = Path(__file__).resolve().parent / "results" / "learning.json"
-    # Runs not asked for this time keep their recorded results, so one run can be redone alone.
-    results = json.loads(results_path.read_text()).get("results", {}) if results_path.exists() else {}
-    results = {name: r for name, r in results.items() if name in RUNS and "gain" in r}
-    for name in args.runs:
-        results[name] = run_one(name, args.budget_min * 60, args.eval_tasks, args.model, out_dir, args.reuse)
+    out = Path(args.out)
+    tasks_path = RESULTS / "learning_tasks.json"
+    per_task: dict[str, Any] = json.loads(tasks_path.read_text()) if tasks_path.exists() else {}
+    results: dict[str, Any] = {}
+    n = args.eval_tasks
+    for run in args.runs:
+        env_name, reward = RUNS[run]
+        base = evaluate(args.base, env_name, n, out / f"eval_base_{env_name}.json")
+        warm = evaluate(args.warm_start, env_name, n, out / f"eval_warm_{env_name}.json")
+        per_task[f"{env_name}/base"], per_task[f"{env_name}/warm_start"] = base["rows"], warm["rows"]
+        row: dict[str, Any] = {"env_id": ENVS[env_name]["id"], "reward_scheme": reward["name"], "eval_tasks": n,
+                               "base": base["mean"], "warm_start": warm["mean"],
+                               "sft_gain": compare(base, warm)}
+        if args.grpo is None or run in args.grpo:
+            run_dir = out / run
+            done = run_grpo(run, args.warm_start, run_dir, args.budget_min * 60, args.config)
+            row["grpo_steps"], row["grpo_seconds"] = done["steps"], done["seconds"]
+            after = evaluate(str(run_dir), env_name, n, out / f"eval_grpo_{run}.json")
+            per_task[f"{run}/grpo"] = after["rows"]
+            row["grpo"] = after["mean"]
+            row["grpo_gain"] = compare(warm, after)
+            row["total_gain"] = compare(base, after)
+        if env_name == "decompose":
+            row["retrieval_baselines"] = retrieval_baselines(n)
+        results[run] = row
+    body = report_body(results, args)
+    if args.no_report:
+        print(body)
+        return 0
+    tasks_path.write_text(json.dumps(per_task, indent=1) + "\n")
+    write_report("learning", {"base": args.base, "warm_start": args.warm_start, "budget_min": args.budget_min,
+                              "results": results}, "Learning: base -> warm start -> GRPO (paired, held out)",
+                 body)
+    print(json.dumps({k: {s: v.get(s) for s in ("sft_gain", "grpo_gain", "total_gain")} for k, v in results.items()},
+                     indent=2))
+    return 0
+
+
+def _pm(g: dict[str, float] | None) -> str:
+    if not g:
+        return "-"
+    return f"{g['gain']:+.3f} ± {g['se']:.3f}" + (" ✔" if g["exceeds_2se"] else "")
+
+
+def report_body(results: dict[str, Any], args: argparse.Namespace) -> str:
     rows = []
     for name, r in results.items():
-        b, a = r["before"], r["after"]
-        rows.append([r["env_id"], r["reward_scheme"], r["steps"], f"{r['train_seconds'] / 60:.1f}", r["eval_tasks"],
-                     f"{b['reward']:.3f} ± {b['reward_se']:.3f}", f"{a['reward']:.3f} ± {a['reward_se']:.3f}",
-                     f"{r['gain']:+.3f} ± {r['stderr']:.3f}", "yes" if r["gain_exceeds_2se"] else "no"])
+        rows.append([r["env_id"], r["reward_scheme"], r["eval_tasks"], f"{r['base']['reward']:.3f}",
+                     f"{r['warm_start']['reward']:.3f}", f"{r['grpo']['reward']:.3f}" if "grpo" in r else "-",
+                     _pm(r["sft_gain"]), _pm(r.get("grpo_gain")), _pm(r.get("total_gain")), r.get("grpo_steps", "-"),
+                     f"{r['base'].get('invalid_rate', 0):.2f} → {r['warm_start'].get('invalid_rate', 0):.2f}"
+                     + (f" → {r['grpo'].get('invalid_rate', 0):.2f}" if "grpo" in r else "")])
     body = (
-        f"Model `{args.model}` + LoRA (r=16), GRPO on CPU for a fixed time budget; greedy evaluation on "
-        "held-out Seal-Tools requests before and after (mean episode reward ± standard error).\n\n"
-        + markdown_table(["env", "reward", "steps", "train min", "eval tasks", "before", "after", "gain ± se",
-                          "gain > 2 se"], rows)
+        f"Base `{args.base}`, warm start `{args.warm_start}` (a `toolgym sft` run), GRPO with LoRA from the warm start "
+        f"for {args.budget_min:g} min (`{args.config or 'configs/learning_grpo.yaml'}`). Greedy episodes on the "
+        "first held-out tasks; mean env reward per stage; gains are paired over the same tasks (± paired standard "
+        "error; ✔ = gain > 2 se). Per-task rewards: `benchmarks/results/learning_tasks.json`.\n\n"
+        + markdown_table(["env", "reward", "tasks", "base", "warm start", "GRPO", "base→warm", "warm→GRPO",
+                          "base→GRPO", "GRPO steps", "invalid rate"], rows)
     )
-    write_report("learning", {"model": args.model, "results": results},
-                 "Learning: held-out reward before vs after CPU GRPO", body)
-    print(json.dumps({k: {"before": v["before"]["reward"], "after": v["after"]["reward"], "steps": v["steps"]}
-                      for k, v in results.items()}, indent=2))
-    return 0
+    for name, r in results.items():
+        if "retrieval_baselines" in r:
+            lines = [[k, f"{v['c10']:.3f}", f"{v['ndcg5']:.3f}"] for k, v in r["retrieval_baselines"].items()]
+            for stage in ("base", "warm_start", "grpo"):
+                if stage in r and "c10" in r[stage]:
+                    lines.append([f"policy: {stage}", f"{r[stage]['c10']:.3f}", f"{r[stage]['ndcg5']:.3f}"])
+            body += (f"\n\nDecomposer retrieval on the same {r['eval_tasks']} held-out tasks (BM25, fused top 10):\n\n"
+                     + markdown_table(["subtasks from", "C@10", "N@5"], lines))
+    return body
 
 
 if __name__ == "__main__":

@@ -31,7 +31,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "fit-retriever": ("toolgym.trainers.fit_retriever", "fine-tune the MiniLM bi-encoder (InfoNCE + mined hard negatives)"),
     "fit-reranker": ("toolgym.trainers.fit_reranker", "train the cross-encoder reranker: point-wise, list-wise, self-distilled"),
     "fit-preference": ("toolgym.trainers.fit_preference", "train the decomposition preference scorer s(x, y) on UltraTool pairs"),
+    "demos": ("toolgym.trainers.demos", "record scripted demonstration episodes (rejection-sampled) as JSONL"),
+    "sft": ("toolgym.trainers.sft", "supervised warm start on demonstration episodes from a YAML config"),
 }
+# Subcommands whose extra arguments are omegaconf key=value overrides.
+TAKES_OVERRIDES = ("train", "sft")
 # Library modules whose exceptions describe bad input (config syntax, env ids), not toolgym bugs.
 USER_ERROR_MODULES = ("gymnasium.error", "omegaconf.errors", "yaml.error")
 MAX_MESSAGE_CHARS = 1000
@@ -115,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         args, extra = parser.parse_known_args(argv)
-        args.overrides = extra  # key=value config overrides for `train`
-        if extra and chosen != "train":
+        args.overrides = extra  # key=value config overrides for `train` and `sft`
+        if extra and chosen not in TAKES_OVERRIDES:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         module = importlib.import_module(SUBCOMMANDS[chosen][0])
         return int(module.run(args) or 0)

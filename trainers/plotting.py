@@ -15,15 +15,17 @@ PANELS = [
 ]
 
 
-def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str | None = None) -> Path:
-    """Plot the standard panels (those present in the metrics) against the step; returns the PNG path."""
+def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str | None = None,
+                panels: list[tuple[str, str]] | None = None) -> Path:
+    """Plot ``panels`` (default: the GRPO panels; those present in the metrics) against the step; returns the PNG path."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = [r for r in read_metrics(metrics_path) if "step" in r]
-    panels = [(k, label) for k, label in PANELS if any(k in r for r in rows)] or PANELS[:1]
+    wanted = panels or PANELS
+    panels = [(k, label) for k, label in wanted if any(k in r for r in rows)] or wanted[:1]
     cols = 3
     nrows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows), squeeze=False)

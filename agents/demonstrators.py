@@ -1,0 +1,145 @@
+"""Scripted demonstrators: the strategies whose episodes become supervised warm-start data.
+
+A 135M chat model never writes a valid tool call on its own, so GRPO has no signal to start
+from. These agents play the environments through their normal text interface (they see what a
+policy sees: the observation and ``info``) and produce episodes in the exact action format; the
+``toolgym demos`` command keeps the ones whose reward clears a threshold (rejection sampling).
+
+Tool search (``ToolSearch-*``):
+
+- :class:`ClauseSearchDemonstrator`: searches each clause of the request
+  (:func:`~toolgym.retrieval.decompose.split_into_clauses`; the whole request when it does not
+  split), optionally with the category whose name overlaps the clause most, then submits the
+  top ``per_search`` ids of every search. Everything it submits appeared in a search result.
+- :class:`RequestSearchDemonstrator`: one search with the request, submit its top ``k`` ids.
+
+Decomposition (``Decompose-*``): the clause splitter (:class:`~toolgym.agents.scripted.ClauseSplitAgent`)
+and :class:`ReferenceSubtaskDemonstrator`, which answers with the dataset's reference subtasks
+(UltraTool's plan steps with the tool names stripped by the loader), read from the
+:class:`~toolgym.data.records.Task` objects it is handed explicitly, like the oracle.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from toolgym.agents.scripted import _categories_from_info, _shorten, format_search, format_submit, guess_category
+from toolgym.data.records import Task
+
+
+class ClauseSearchDemonstrator:
+    """Search every clause of the request (at most ``max_turns - 1`` searches), then submit the
+    top ``per_search`` ids of each search, in order, without duplicates.
+
+    ``use_category``: add the best-overlapping category when the env's schema offers one
+    (``category_mode`` optional or required; required always gets one).
+    """
+
+    def __init__(self, per_search: int = 1, use_category: bool = False, with_request: bool = False):
+        if per_search < 1:
+            raise ValueError(f"per_search must be >= 1, got {per_search}")
+        self.per_search = per_search
+        self.use_category = use_category
+        self.with_request = with_request
+        self.name = f"clauses_top{per_search}" + ("_cat" if use_category else "") + ("_req" if with_request else "")
+
+    def reset(self, obs: str, info: dict[str, Any]) -> None:
+        from toolgym.retrieval.decompose import split_into_clauses
+
+        query = str(info["query"])
+        self.protocol = info.get("protocol", "hermes")
+        mode = info.get("category_mode", "off")
+        self.categories = _categories_from_info(info) if mode != "off" and (self.use_category or mode == "required") else []
+        budget = max(1, int(info.get("max_turns", 8)) - 1)  # keep the last turn for the submit
+        queries = ([query] if self.with_request else []) + split_into_clauses(query)
+        self.queries = [_shorten(q) for q in queries][:budget] or [_shorten(query)]
+        self.results: list[list[str]] = []
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        event = info.get("event")
+        if event is not None:
+            self.results.append(list(event.results))
+        if len(self.results) < len(self.queries) and not info.get("invalid"):
+            q = self.queries[len(self.results)]
+            category = guess_category(q, self.categories) if self.categories else None
+            return format_search(q, category, self.protocol)
+        chosen: list[str] = []
+        for ranking in self.results:
+            for tool_id in ranking[: self.per_search]:
+                if tool_id not in chosen:
+                    chosen.append(tool_id)
+        return format_submit(chosen, self.protocol)
+
+
+class RequestSearchDemonstrator:
+    """One search with the whole request, then submit its top ``k`` ids."""
+
+    def __init__(self, k: int = 3):
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.k = k
+        self.name = f"request_top{k}"
+
+    def reset(self, obs: str, info: dict[str, Any]) -> None:
+        self.query = _shorten(str(info["query"]))
+        self.protocol = info.get("protocol", "hermes")
+        self.searched = False
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        if not self.searched:
+            self.searched = True
+            return format_search(self.query, None, self.protocol)
+        event = info.get("event")
+        return format_submit(list(event.results)[: self.k] if event is not None else [], self.protocol)
+
+
+class ReferenceSubtaskDemonstrator:
+    """For the decomposition envs: the task's reference subtasks (``Task.subtasks``), one per line.
+
+    The reference comes from the Task objects given (or bound from the env, as ``evaluate_agent``
+    does for the oracle); a task without reference subtasks gets the clause split instead.
+    """
+
+    name = "reference"
+
+    def __init__(self, tasks: Iterable[Task] | Mapping[str, Task] | None = None):
+        self.tasks: dict[str, Task] = {}
+        if tasks is not None:
+            self.tasks = dict(tasks) if isinstance(tasks, Mapping) else {t.id: t for t in tasks}
+
+    def bind_env(self, env: Any) -> None:
+        self.tasks.update({t.id: t for t in env.tasks})
+
+    def reset(self, obs: str, info: dict[str, Any]) -> None:
+        from toolgym.retrieval.decompose import split_into_clauses
+
+        task = self.tasks.get(str(info["task_id"]))
+        if task is None:
+            raise ValueError(f"ReferenceSubtaskDemonstrator was not given task {info['task_id']!r}")
+        self.subtasks = list(task.subtasks) if task.subtasks else split_into_clauses(task.query)
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        return "\n".join(" ".join(s.split()) for s in self.subtasks)
+
+
+DEMONSTRATORS = ("clauses_top1", "clauses_top2", "clauses_top1_cat", "clauses_top1_req", "request_top3", "clauses", "reference")
+
+
+def make_demonstrator(name: str) -> Any:
+    """A demonstrator by name (see ``DEMONSTRATORS``)."""
+    if name.startswith("clauses_top"):
+        rest = name[len("clauses_top"):]
+        digits = rest.split("_", 1)[0]
+        flags = set(rest.split("_")[1:])
+        if not digits.isdigit() or flags - {"cat", "req"}:
+            raise ValueError(f"unknown demonstrator {name!r}; choose one of {DEMONSTRATORS}")
+        return ClauseSearchDemonstrator(per_search=int(digits), use_category="cat" in flags, with_request="req" in flags)
+    if name.startswith("request_top") and name[len("request_top"):].isdigit():
+        return RequestSearchDemonstrator(k=int(name[len("request_top"):]))
+    if name == "clauses":
+        from toolgym.agents.scripted import ClauseSplitAgent
+
+        return ClauseSplitAgent()
+    if name == "reference":
+        return ReferenceSubtaskDemonstrator()
+    raise ValueError(f"unknown demonstrator {name!r}; choose one of {DEMONSTRATORS}")

@@ -1,0 +1,126 @@
+"""Demonstrations: scripted demonstrators through the real envs, rejection sampling, no gold leak."""
+import json
+import re
+
+import pytest
+
+from toolgym.agents.demonstrators import (
+    ClauseSearchDemonstrator,
+    ReferenceSubtaskDemonstrator,
+    RequestSearchDemonstrator,
+    make_demonstrator,
+)
+from toolgym.data.records import Task, Trajectory, read_rollouts
+from toolgym.trainers.demos import collect_demos, gold_leaks
+
+TS_KWARGS = {"max_turns": 4}
+
+
+def _submitted_ids(traj):
+    last = traj.messages[[m["role"] for m in traj.messages].index("assistant"):]
+    submits = [m["content"] for m in last if m["role"] == "assistant" and '"submit"' in m["content"]]
+    return json.loads(re.search(r"<tool_call>(.*)</tool_call>", submits[-1], re.S).group(1))["arguments"]["tools"]
+
+
+def test_toolsearch_demos_submit_only_ids_they_saw():
+    groups, stats = collect_demos("toolgym/ToolSearch-v0", ["clauses_top1", "request_top3"], split="train", limit=25,
+                                  env_kwargs=TS_KWARGS, progress=False)
+    assert stats["kept"] == len(groups) > 0
+    for task, (traj,) in groups:
+        assert gold_leaks(traj, task) == []
+        seen_in_obs = " ".join(m["content"] for m in traj.messages if m["role"] == "tool")
+        for tool_id in _submitted_ids(traj):
+            assert f"id: {tool_id}\n" in seen_in_obs  # only ids an earlier search result showed
+        assert traj.env_reward is not None
+
+
+def test_rejection_sampling_keeps_only_episodes_at_or_above_threshold():
+    groups, stats = collect_demos("toolgym/ToolSearch-v0", ["clauses_top1"], split="train", limit=30,
+                                  env_kwargs=TS_KWARGS, min_reward=0.6, progress=False)
+    kept = [traj.env_reward for _, (traj,) in groups]
+    assert all(r >= 0.6 for r in kept)
+    assert stats["dropped_tasks"]["below_min_reward"] == 30 - len(groups) > 0  # imperfect strategy: some dropped
+    assert stats["reward_kept"]["min"] >= 0.6
+    assert stats["reward_all_episodes"]["min"] < 0.6
+
+
+def test_gold_leak_detector_flags_unseen_gold_and_accepts_seen_gold():
+    task = Task(id="t", query="book a flight", gold=frozenset({"bookFlight", "getWeather"}))
+    leaked = Trajectory(task_id="t", messages=[
+        {"role": "user", "content": "book a flight"},
+        {"role": "assistant", "content": '<tool_call>{"name": "submit", "arguments": {"tools": ["bookFlight"]}}</tool_call>'},
+    ])
+    assert gold_leaks(leaked, task) == ["bookFlight"]
+    fair = Trajectory(task_id="t", messages=[
+        {"role": "user", "content": "book a flight"},
+        {"role": "assistant", "content": "search flights"},
+        {"role": "tool", "content": "[1] id: bookFlight\n"},
+        {"role": "assistant", "content": '{"tools": ["bookFlight"]}'},
+    ])
+    assert gold_leaks(fair, task) == []
+    # A longer id containing the gold id is not the gold id.
+    other = Trajectory(task_id="t", messages=[{"role": "assistant", "content": "getWeatherForecast"}])
+    assert gold_leaks(other, task) == []
+
+
+def test_decompose_clause_demos_beat_the_raw_request():
+    groups, stats = collect_demos("toolgym/Decompose-v0", ["clauses"], split="train", limit=30, min_reward=0.01,
+                                  progress=False)
+    assert groups and all(traj.env_reward >= 0.01 for _, (traj,) in groups)
+    for task, (traj,) in groups:
+        assert traj.subtasks and gold_leaks(traj, task) == []
+
+
+def test_reference_demonstrator_answers_with_the_reference_subtasks(seal):
+    import gymnasium
+
+    import toolgym.envs  # noqa: F401
+    from toolgym.envs.decomposition import DecompositionEnv
+    from toolgym.trainers.agent_eval import run_episode
+
+    base = next(t for t in seal.tasks if len(t.gold) >= 2)
+    task = Task(id="ref", query=base.query, gold=base.gold, subtasks=("Find the weather  in Paris", "Book a table"))
+    env = DecompositionEnv(seal.corpus, [task])
+    agent = ReferenceSubtaskDemonstrator([task])
+    traj, _ = run_episode(env, agent, task)
+    assert traj.subtasks == ["Find the weather in Paris", "Book a table"]
+    with pytest.raises(ValueError, match="not given task"):
+        ReferenceSubtaskDemonstrator().reset("", {"task_id": "ref"})
+    assert gymnasium  # the registry import above registers the ids the other tests use
+
+
+def test_clause_demonstrator_keeps_a_turn_for_the_submit_and_category_from_the_enum():
+    info = {"query": "Get the weather in Paris. Then book a table for two. Then call a taxi. Then pay the bill.",
+            "protocol": "hermes", "max_turns": 3, "category_mode": "required",
+            "tool_schemas": [{"function": {"name": "search", "parameters": {"properties": {
+                "category": {"enum": ["Weather", "Restaurants", "Travel"]}}}}}]}
+    agent = ClauseSearchDemonstrator(use_category=True)
+    agent.reset("", info)
+    assert len(agent.queries) == 2  # max_turns 3: two searches, then the submit
+    first = json.loads(agent.act("", info)[len("<tool_call>"):-len("</tool_call>")])
+    assert first["arguments"]["category"] == "Weather"
+
+
+def test_make_demonstrator_names():
+    assert isinstance(make_demonstrator("clauses_top2"), ClauseSearchDemonstrator)
+    assert make_demonstrator("clauses_top1_cat").use_category
+    assert isinstance(make_demonstrator("request_top3"), RequestSearchDemonstrator)
+    for bad in ("clauses_topx", "clauses_top1_zzz", "nope", ""):
+        with pytest.raises(ValueError, match="unknown demonstrator"):
+            make_demonstrator(bad)
+
+
+def test_demos_cli_writes_rollouts_and_stats(tmp_path, capsys):
+    from toolgym.trainers.cli import main
+
+    out = tmp_path / "demos.jsonl"
+    rc = main(["demos", "toolgym/ToolSearch-v0", "--agent", "clauses_top1", "--limit", "6", "--out", str(out),
+               "--env-kwargs", json.dumps(TS_KWARGS), "--no-progress"])
+    assert rc == 0
+    groups = read_rollouts(out)
+    stats = json.loads((tmp_path / "demos.jsonl.stats.json").read_text())
+    assert len(groups) == stats["kept"] and stats["tasks"] == 6
+    assert "kept reward" in capsys.readouterr().out
+    assert main(["demos", "toolgym/ToolSearch-v0", "--agent", "clauses_top1", "--out", str(out),
+                 "--env-kwargs", "[1"]) == 2
+    assert main(["demos", "toolgym/Nope-v0", "--agent", "clauses_top1", "--out", str(out)]) == 2

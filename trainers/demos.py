@@ -1,0 +1,157 @@
+"""``toolgym demos ENV_ID --agent NAME --out FILE``: demonstration episodes for the warm start.
+
+Scripted demonstrators (:mod:`toolgym.agents.demonstrators`) play the real environment; for
+each task the best of the named agents' episodes is kept when its reward reaches
+``--min-reward`` (rejection sampling: good but imperfect demos) and none of its actions names a
+gold tool id the episode had not shown in an observation (:func:`gold_leaks`). The kept episodes
+are written with :func:`toolgym.data.records.write_rollouts` (one group of one trajectory per
+task, ``env_reward`` set); the reward distribution of what was kept goes to ``FILE.stats.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from toolgym.data.records import Task, Trajectory
+
+
+def gold_leaks(trajectory: Trajectory, task: Task) -> list[str]:
+    """Gold ids an assistant message names before any earlier non-assistant message showed them.
+
+    A demo may submit a gold id only after a search result (or the request itself) contained it;
+    anything else would teach the policy to produce what it cannot see.
+    """
+    shown = ""
+    leaks: list[str] = []
+    patterns = {g: re.compile(r"(?<![\w.-])" + re.escape(g) + r"(?![\w-])") for g in task.gold}
+    for message in trajectory.messages:
+        content = str(message.get("content", ""))
+        if message.get("role") == "assistant":
+            for gold, pat in patterns.items():
+                if gold not in leaks and pat.search(content) and not pat.search(shown):
+                    leaks.append(gold)
+        else:
+            shown += "\n" + content
+    return leaks
+
+
+def _quantiles(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    arr = np.asarray(values, dtype=float)
+    return {"mean": float(arr.mean()), "min": float(arr.min()), "p25": float(np.quantile(arr, 0.25)),
+            "median": float(np.median(arr)), "p75": float(np.quantile(arr, 0.75)), "max": float(arr.max())}
+
+
+def collect_demos(env_id: str, agents: Sequence[str], *, split: str | None = "train", min_reward: float = 0.0,
+                  limit: int | None = None, env_kwargs: dict[str, Any] | None = None, seed: int = 0,
+                  progress: bool = True) -> tuple[list[tuple[Task, list[Trajectory]]], dict[str, Any]]:
+    """Run every agent on every task of ``env_id`` and keep the best episode per task.
+
+    Returns ``(groups, stats)``: ``groups`` as ``write_rollouts`` takes them, ``stats`` the
+    reward distribution of all episodes and of the kept ones, per-agent counts and drops.
+    """
+    import gymnasium
+
+    import toolgym.envs  # noqa: F401  (registers the ids)
+    from toolgym.agents.demonstrators import make_demonstrator
+    from toolgym.trainers.agent_eval import run_episode
+
+    if env_id not in gymnasium.registry:
+        raise KeyError(f"unknown env id {env_id!r}; see `toolgym envs`")
+    if not agents:
+        raise ValueError("name at least one demonstrator with --agent")
+    kwargs = dict(env_kwargs or {})
+    if split is not None:
+        kwargs["split"] = split
+    env = gymnasium.make(env_id, **kwargs)
+    demonstrators = [make_demonstrator(a) for a in agents]
+    for d in demonstrators:
+        if hasattr(d, "bind_env"):
+            d.bind_env(env.unwrapped)
+    tasks = list(env.unwrapped.tasks)[: limit or None]
+    groups: list[tuple[Task, list[Trajectory]]] = []
+    all_rewards: list[float] = []
+    kept_by_agent: dict[str, int] = {}
+    dropped = {"below_min_reward": 0, "gold_leak": 0}
+    iterator: Any = enumerate(tasks)
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(iterator, total=len(tasks), desc=f"demos {env_id}", unit="task", leave=False)
+    for j, task in iterator:
+        best: tuple[float, Trajectory, str] | None = None
+        for demo in demonstrators:
+            traj, ret = run_episode(env, demo, task, seed=seed + j)
+            all_rewards.append(ret)
+            if gold_leaks(traj, task):
+                dropped["gold_leak"] += 1
+                continue
+            if best is None or ret > best[0]:
+                best = (ret, traj, getattr(demo, "name", type(demo).__name__))
+        if best is None:
+            continue
+        if best[0] < min_reward:
+            dropped["below_min_reward"] += 1
+            continue
+        best[1].env_reward = float(best[0])
+        groups.append((task, [best[1]]))
+        kept_by_agent[best[2]] = kept_by_agent.get(best[2], 0) + 1
+    env.close()
+    kept = [g[1][0].env_reward for g in groups]
+    histogram: dict[str, int] = {}
+    if kept:
+        counts, edges = np.histogram(kept, bins=5)
+        histogram = {f"{lo:.2f}": int(c) for lo, c in zip(edges[:-1], counts)}  # bin's lower edge -> count
+    stats = {"env_id": env_id, "agents": list(agents), "split": split, "min_reward": min_reward,
+             "env_kwargs": env_kwargs or {}, "tasks": len(tasks), "kept": len(groups), "dropped_tasks": dropped,
+             "kept_by_agent": kept_by_agent, "reward_all_episodes": _quantiles(all_rewards), "reward_kept": _quantiles(kept),
+             "reward_kept_histogram": histogram}
+    return groups, stats
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env_id", help="environment id, e.g. toolgym/ToolSearch-v0 (see `toolgym envs`)")
+    parser.add_argument("--agent", required=True,
+                        help="demonstrator name(s), comma-separated (best episode per task is kept): "
+                             "clauses_top1, clauses_top2, clauses_top1_cat, request_top3, clauses, reference")
+    parser.add_argument("--out", required=True, help="output JSONL (rollout records)")
+    parser.add_argument("--split", default="train", help="task split (default train; 'none' for all tasks)")
+    parser.add_argument("--min-reward", type=float, default=0.0, help="keep episodes with reward >= this")
+    parser.add_argument("--limit", type=int, default=None, help="first N tasks only")
+    parser.add_argument("--env-kwargs", default="{}", help="JSON object of gymnasium.make keyword arguments")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    from toolgym.data.records import write_rollouts
+
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--env-kwargs is not JSON: {exc}") from None
+    if not isinstance(env_kwargs, dict):
+        raise ValueError("--env-kwargs must be a JSON object")
+    split = None if str(args.split).lower() == "none" else args.split
+    agents = [a.strip() for a in args.agent.split(",") if a.strip()]
+    groups, stats = collect_demos(args.env_id, agents, split=split, min_reward=args.min_reward, limit=args.limit,
+                                  env_kwargs=env_kwargs, seed=args.seed, progress=not args.no_progress)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_rollouts(out, groups)
+    stats_path = out.with_name(out.name + ".stats.json")
+    stats_path.write_text(json.dumps(stats, indent=2))
+    k = stats["reward_kept"]
+    print(f"kept {stats['kept']}/{stats['tasks']} episodes (reward >= {args.min_reward}); by agent {stats['kept_by_agent']}; "
+          f"dropped {stats['dropped_tasks']}")
+    if k:
+        print(f"kept reward: mean {k['mean']:.3f}  min {k['min']:.3f}  median {k['median']:.3f}  max {k['max']:.3f}; "
+              f"histogram {stats['reward_kept_histogram']}")
+    print(f"demos: {out}\nstats: {stats_path}")
+    return 0

@@ -1,0 +1,287 @@
+"""``toolgym sft CONFIG [key=value ...]``: supervised warm start on demonstration episodes.
+
+A demonstration is a text episode (``toolgym demos`` output: rollout records whose trajectories
+carry the chat ``messages``). :func:`episode_tokens` turns it into token ids and a loss mask
+with the very calls the GRPO rollout uses (``policy.encode_prompt`` for the prompt, the policy
+turn's own ids with mask 1, ``policy.encode_tool_turn`` for every environment turn with mask 0),
+so the warm start trains on exactly the layout GRPO later samples and scores: the loss is on
+the policy's tokens only; tool results and template glue are masked.
+
+Training runs on transformers' ``Trainer`` (labels = ids where mask is 1, else -100; padding by
+``DataCollatorForSeq2Seq``, which pads labels with -100): full fine-tuning by default, LoRA
+with ``lora: {r: ..}`` (merged before saving). Outputs in ``run_dir``: ``metrics.jsonl``,
+``curves.png``, ``checkpoints/`` (Trainer checkpoints, ``--resume`` continues), ``model/`` (a
+plain transformers folder with weights and tokenizer, what ``toolgym train model.name=RUN_DIR/model``,
+``model.init_from=RUN_DIR`` and ``toolgym eval --policy RUN_DIR/model`` load).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+DEFAULTS: dict[str, Any] = {
+    "run_dir": "runs/sft",
+    "seed": 0,
+    "model": {"name": "smollm2", "dtype": None, "device": None},
+    # demos: rollout JSONL files from `toolgym demos`; max_episodes: at most this many from each
+    # file; max_tokens: longer episodes are dropped.
+    # stop_strings: a policy turn ending with one of these ends there (the rollout stops on the
+    # string); any other turn ends with the end-of-turn token, which the policy must learn to emit.
+    "data": {"demos": [], "max_episodes": None, "max_tokens": 2048, "min_reward": None,
+             "stop_strings": ["</tool_call>"]},
+    "train": {"epochs": 1.0, "max_steps": -1, "lr": 5e-5, "batch_size": 4, "grad_accum": 1, "warmup_ratio": 0.05,
+              "lr_scheduler": "cosine", "weight_decay": 0.0, "max_grad_norm": 1.0, "save_steps": 50,
+              "keep_checkpoints": 1, "time_budget_s": None, "gradient_checkpointing": False},
+    "lora": None,
+}
+
+
+# -- config ---------------------------------------------------------------------------------
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Any:
+    """DEFAULTS <- YAML file <- ``key=value`` overrides; unknown keys are an error."""
+    from omegaconf import OmegaConf
+
+    base = OmegaConf.create(DEFAULTS)
+    OmegaConf.set_struct(base, False)
+    layers = [base]
+    if path is not None:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"config file not found: {path}")
+        layers.append(OmegaConf.load(path))
+    bad = [o for o in overrides if "=" not in o or o.startswith("-")]
+    if bad:
+        raise ValueError(f"overrides must look like key=value, got {bad}")
+    layers.append(OmegaConf.from_dotlist(list(overrides)))
+    cfg = OmegaConf.merge(*layers)
+    unknown = [k for k in cfg if k not in DEFAULTS]
+    if unknown:
+        raise ValueError(f"unknown config section(s) {unknown}; known: {sorted(DEFAULTS)}")
+    for section in ("data", "train", "model"):
+        extra = set(cfg[section]) - set(DEFAULTS[section])
+        if extra:
+            raise ValueError(f"unknown key(s) in {section}: {sorted(extra)}; known: {sorted(DEFAULTS[section])}")
+    return cfg
+
+
+# -- one code path: text episode -> ids + loss mask --------------------------------------------
+def turn_end_id(policy: Any) -> int:
+    """The end-of-turn id the chat template closes an assistant turn with (``<|im_end|>``)."""
+    head = policy.glue.after_assistant
+    for tid in policy.end_ids:
+        text = policy.tokenizer.decode([tid])
+        if text and head.startswith(text):
+            return int(tid)
+    return int(policy.end_ids[0])
+
+
+def episode_tokens(policy: Any, messages: Sequence[dict[str, str]],
+                   stop_strings: Sequence[str] = ("</tool_call>",)) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+    """``(token_ids, loss_mask, turn_spans)`` of a text episode, laid out as the rollout lays it out.
+
+    The messages before the first assistant message are the prompt (``encode_prompt``, mask 0).
+    Each assistant message becomes the ids the policy would have sampled: its text tokenised
+    alone, plus the end-of-turn id unless the text ends with a stop string (mask 1). Each
+    environment message between two assistant messages becomes ``encode_tool_turn(text,
+    generated_end)`` (mask 0). Messages after the last assistant turn (the env's closing
+    observation) are not part of the sequence, as in the rollout.
+    """
+    msgs = list(messages)
+    first = next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), None)
+    if first is None:
+        raise ValueError("the episode has no assistant message")
+    last = max(i for i, m in enumerate(msgs) if m.get("role") == "assistant")
+    ids = list(policy.encode_prompt(msgs[:first]))
+    mask = [0] * len(ids)
+    spans: list[tuple[int, int]] = []
+    end_id = turn_end_id(policy)
+    generated_end = False
+    for m in msgs[first:last + 1]:
+        text = str(m.get("content", ""))
+        if m.get("role") == "assistant":
+            turn = policy.tokenizer.encode(text, add_special_tokens=False)
+            if not any(text.endswith(s) for s in stop_strings if s):
+                turn = turn + [end_id]
+            generated_end = bool(turn) and turn[-1] in policy.end_ids
+            spans.append((len(ids), len(ids) + len(turn)))
+            ids += turn
+            mask += [1] * len(turn)
+        else:
+            glue = policy.encode_tool_turn(text, generated_end)
+            ids += glue
+            mask += [0] * len(glue)
+    return ids, mask, spans
+
+
+def load_demo_episodes(paths: Sequence[str | Path], min_reward: float | None = None,
+                       max_episodes: int | None = None) -> list[list[dict[str, str]]]:
+    """The message lists of the trajectories in the demo files: at most ``max_episodes`` from each
+    file (its first ones), optionally only those with ``env_reward >= min_reward``."""
+    from toolgym.data.records import read_rollouts
+
+    if not paths:
+        raise ValueError("no demonstration files: set data.demos (output of `toolgym demos`)")
+    episodes = []
+    for path in paths:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"demonstration file not found: {path}")
+        start = len(episodes)
+        for _task, trajs in read_rollouts(path):
+            if max_episodes and len(episodes) - start >= int(max_episodes):
+                break
+            for traj in trajs:
+                if min_reward is not None and (traj.env_reward is None or traj.env_reward < min_reward):
+                    continue
+                if traj.messages:
+                    episodes.append(list(traj.messages))
+    if not episodes:
+        raise ValueError(f"no usable episode in {list(map(str, paths))}")
+    return episodes
+
+
+def build_examples(policy: Any, episodes: Sequence[Sequence[dict[str, str]]], stop_strings: Sequence[str],
+                   max_tokens: int) -> tuple[list[dict[str, list[int]]], int]:
+    """Trainer examples ``{input_ids, attention_mask, labels}`` (labels -100 where mask is 0); returns (examples, dropped)."""
+    out, dropped = [], 0
+    for messages in episodes:
+        ids, mask, _ = episode_tokens(policy, messages, stop_strings)
+        if len(ids) > max_tokens or not any(mask):
+            dropped += 1
+            continue
+        out.append({"input_ids": ids, "attention_mask": [1] * len(ids),
+                    "labels": [t if m else -100 for t, m in zip(ids, mask)]})
+    return out, dropped
+
+
+# -- training -------------------------------------------------------------------------------
+def _to_plain(cfg: Any) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def sft(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Run the supervised warm start described by ``cfg``; returns a summary dict."""
+    import torch
+    from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments
+
+    from toolgym.trainers.plotting import plot_curves
+    from toolgym.trainers.train_cmd import build_policy
+
+    plain = _to_plain(cfg)
+    run_dir = Path(plain["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    model_dir = run_dir / "model"
+    if model_dir.exists() and not resume:
+        raise ValueError(f"{model_dir} already exists: choose another run_dir (or --resume an unfinished run)")
+    dcfg, tcfg = plain["data"], plain["train"]
+    torch.manual_seed(int(plain["seed"]))
+    policy = build_policy(plain["model"], {"stop_strings": list(dcfg["stop_strings"])})
+    tok = policy.tokenizer
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.decode([policy.pad_id])
+    episodes = load_demo_episodes(dcfg["demos"], dcfg["min_reward"], dcfg["max_episodes"])
+    examples, dropped = build_examples(policy, episodes, dcfg["stop_strings"], int(dcfg["max_tokens"]))
+    if not examples:
+        raise ValueError(f"every episode is longer than data.max_tokens={dcfg['max_tokens']}")
+    n_policy = sum(sum(1 for l in e["labels"] if l != -100) for e in examples)
+    n_tokens = sum(len(e["input_ids"]) for e in examples)
+    print(f"{len(examples)} episodes ({dropped} dropped as too long), {n_tokens} tokens, {n_policy} trained (mask 1)")
+
+    model = policy.model
+    if plain["lora"]:
+        from peft import LoraConfig, get_peft_model
+
+        lc = dict(plain["lora"])
+        model = get_peft_model(model, LoraConfig(r=int(lc.get("r", 16)), lora_alpha=int(lc.get("alpha", 32)),
+                                                 lora_dropout=float(lc.get("dropout", 0.0)),
+                                                 target_modules=list(lc.get("target_modules") or ["q_proj", "v_proj"]),
+                                                 task_type="CAUSAL_LM"))
+    if tcfg["gradient_checkpointing"]:
+        model.gradient_checkpointing_enable()
+
+    metrics_path = run_dir / "metrics.jsonl"
+    if not resume and metrics_path.exists():
+        metrics_path.unlink()
+    budget = float(tcfg["time_budget_s"]) if tcfg["time_budget_s"] else math.inf
+
+    class _Log(TrainerCallback):
+        """Metrics as JSONL (one line per logging step) and a wall-clock budget."""
+
+        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
+            self.t0 = time.time()
+
+        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
+            row = {"step": state.global_step, "epoch": state.epoch, **{k: v for k, v in (logs or {}).items()
+                                                                      if isinstance(v, (int, float))}}
+            with open(metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            if time.time() - self.t0 >= budget:
+                print(f"time budget of {budget:.0f}s spent after {state.global_step} steps")
+                control.should_training_stop = True
+                control.should_save = True
+
+    args = TrainingArguments(
+        output_dir=str(run_dir / "checkpoints"), per_device_train_batch_size=int(tcfg["batch_size"]),
+        gradient_accumulation_steps=int(tcfg["grad_accum"]), learning_rate=float(tcfg["lr"]),
+        num_train_epochs=float(tcfg["epochs"]), max_steps=int(tcfg["max_steps"]),
+        lr_scheduler_type=str(tcfg["lr_scheduler"]), warmup_steps=float(tcfg["warmup_ratio"]),
+        weight_decay=float(tcfg["weight_decay"]), max_grad_norm=float(tcfg["max_grad_norm"]),
+        logging_steps=1, save_strategy="steps", save_steps=int(tcfg["save_steps"]),
+        save_total_limit=int(tcfg["keep_checkpoints"]), report_to="none", seed=int(plain["seed"]),
+        use_cpu=not torch.cuda.is_available(), remove_unused_columns=False,
+        dataloader_num_workers=0, disable_tqdm=not progress,
+    )
+    collator = DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100, return_tensors="pt")
+    trainer = Trainer(model=model, args=args, train_dataset=examples, data_collator=collator, callbacks=[_Log()])
+    started = time.time()
+    has_ckpt = resume and any((run_dir / "checkpoints").glob("checkpoint-*"))
+    result = trainer.train(resume_from_checkpoint=True if has_ckpt else None)
+    seconds = time.time() - started
+
+    model = trainer.model
+    if plain["lora"]:
+        model = model.merge_and_unload()  # a plain folder: GRPO and eval load it like any model
+    model.save_pretrained(str(model_dir))
+    tok.save_pretrained(str(model_dir))
+    summary = {"run_dir": str(run_dir), "model": str(model_dir), "episodes": len(examples), "dropped_too_long": dropped,
+               "tokens": n_tokens, "trained_tokens": n_policy, "steps": trainer.state.global_step,
+               "train_loss": float(result.training_loss), "seconds": seconds, "config": plain}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if metrics_path.exists() and metrics_path.stat().st_size:
+        summary["plot"] = str(plot_curves(metrics_path, run_dir / "curves.png", title=f"SFT {plain['model']['name']}",
+                                          panels=SFT_PANELS))
+    return summary
+
+
+SFT_PANELS = [("loss", "loss (policy tokens)"), ("grad_norm", "gradient norm"), ("learning_rate", "learning rate")]
+
+
+# -- CLI ------------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="YAML config (configs/sft_toolsearch.yaml); key=value pairs after it override it")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in run_dir")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--print-config", action="store_true", help="print the merged config and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
+    from omegaconf import OmegaConf
+
+    cfg = load_config(args.config, getattr(args, "overrides", None) or [])
+    if args.print_config:
+        print(OmegaConf.to_yaml(cfg))
+        return 0
+    summary = sft(cfg, resume=args.resume, progress=not args.no_progress)
+    print(f"{summary['steps']} steps in {summary['seconds']:.0f}s, mean loss {summary['train_loss']:.4f}")
+    print(f"model: {summary['model']}\nmetrics: {summary['run_dir']}/metrics.jsonl")
+    if summary.get("plot"):
+        print(f"plot: {summary['plot']}")
+    return 0
