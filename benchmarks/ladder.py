@@ -36,7 +36,7 @@ from _report import ROOT, markdown_table, write_report  # noqa: E402
 from toolgym.data import load_dataset  # noqa: E402
 from toolgym.retrieval import build_index, dual_boundary_dynamic_top_k  # noqa: E402
 from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k  # noqa: E402
-from toolgym.retrieval.training_data import check_disjoint  # noqa: E402
+from toolgym.data.training_data import check_disjoint  # noqa: E402
 
 DEPTH = 20  # the candidate list reranked and cut by dynamic top-K (`toolgym eval --candidates`)
 

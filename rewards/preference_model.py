@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from toolgym.data.records import Task
-from toolgym.rewards.preference import context_text, render_decomposition
+from toolgym.rewards.preference import render_decomposition
 
 # Texts are cut to this many characters before tokenising: the tokenizer would truncate to
 # max_length tokens anyway, and a cap keeps a hostile (huge) decomposition cheap.
@@ -20,7 +20,7 @@ MAX_INPUT_CHARS = 4_000
 
 def preference_inputs(task: Task, decompositions: list[list[str]]) -> list[tuple[str, str]]:
     """(x, y) text pairs the model reads: the dialogue context and the numbered subtasks."""
-    x = context_text(task)[:MAX_INPUT_CHARS]
+    x = task.dialogue_text()[:MAX_INPUT_CHARS]
     out = []
     for d in decompositions:
         if isinstance(d, str):

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from toolgym.data import load_dataset
+from toolgym.data import load_corpus, load_dataset
 from toolgym.retrieval import build_index
 from toolgym.retrieval.corpus import ToolCorpus
 from toolgym.trainers.cli import main
@@ -52,7 +52,7 @@ def test_fit_retriever_tiny(seal_slice, tmp_path, capsys):
     assert summary["steps"] == 4 and [r["stage"] for r in summary["rounds"]] == ["random_negatives", "hard_negatives_1"]
     assert summary["eval_tasks"] == 3 and 0 <= summary["heldout"]["C@10"] <= 100
     # The fine-tuned folder is a dense index like any other, with its own embedding cache file.
-    corpus = ToolCorpus.load_jsonl(seal_slice / "corpus.jsonl")
+    corpus = load_corpus(seal_slice / "corpus.jsonl")
     tuned = build_index(corpus, "dense", model=summary["model_dir"], cache_dir=tmp_path / "cache")
     base = build_index(corpus, "dense", cache_dir=tmp_path / "cache")
     assert tuned.embedding_cache_path != base.embedding_cache_path and tuned.embedding_cache_path.exists()

@@ -1,4 +1,4 @@
-"""toolgym.retrieval.training_data: negatives (eq. 22), batches, splits, lists, preference corruptions."""
+"""toolgym.data.training_data: negatives (eq. 22), batches, splits, lists, preference corruptions."""
 import random
 import time
 
@@ -6,7 +6,7 @@ import pytest
 
 from toolgym.data.records import Task
 from toolgym.retrieval.index import _model_slug
-from toolgym.retrieval.training_data import (
+from toolgym.data.training_data import (
     CORRUPTIONS,
     check_disjoint,
     contrastive_triples,

@@ -141,3 +141,26 @@ def test_sft_cli_trains_a_tiny_model_and_saves_a_loadable_folder(tmp_path, capsy
     assert main(["sft", "configs/sft_toolsearch.yaml", f"run_dir={run_dir}", "model.name=tiny-llama",
                  f"data.demos=[{demos}]"]) == 2  # model/ exists: refuse to overwrite
     assert main(["sft", "configs/sft_toolsearch.yaml", f"run_dir={tmp_path / 'x'}", "data.demos=[/nope.jsonl]"]) == 2
+
+
+def test_evaluate_per_task_rows_are_the_evaluators_per_task_numbers():
+    """The benchmark's per-task rows are a view of the one evaluator: same rewards, and a
+    decomposition row's ndcg5/c10 are the fused list's N@5/C@10."""
+    from toolgym.agents.hf_policy import HFChatPolicy
+    from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
+    from toolgym.trainers.evaluate import make_envs
+    from toolgym.trainers.paired_eval import evaluate_per_task
+    from toolgym.trainers.rollout import collect_rollouts
+
+    policy = HFChatPolicy.from_pretrained("tiny-llama", sampling={"max_new_tokens": 6, "stop_strings": []})
+    out = evaluate_per_task(policy, "toolgym/Decompose-v0", {"k": 10, "split": "heldout"}, num_tasks=3, progress=False)
+    assert [r["task_id"] for r in out["rows"]] == [t.id for t in make_envs("toolgym/Decompose-v0", {"split": "heldout"}, 1)[0].unwrapped.tasks[:3]]
+    envs = make_envs("toolgym/Decompose-v0", {"k": 10, "split": "heldout"}, 3)
+    policy.sampling = type(policy.sampling)(**{**policy.sampling.__dict__, "temperature": 0.0})
+    direct = collect_rollouts(policy, envs, [r["task_id"] for r in out["rows"]], seeds=[0, 1, 2])
+    tasks = {t.id: t for t in envs[0].unwrapped.tasks}
+    for row, ro in zip(out["rows"], direct):
+        fused = list(ro.trajectory.selection or [])
+        assert row["reward"] == pytest.approx(ro.env_return)
+        assert row["ndcg5"] == pytest.approx(ndcg_at_k(fused, tasks[row["task_id"]].gold, 5))
+        assert row["c10"] == pytest.approx(completeness_at_k(fused, tasks[row["task_id"]].gold, 10))

@@ -28,7 +28,7 @@ from toolgym.agents.policy import ChatPolicy
 from toolgym.data.records import Task, Trajectory, write_rollouts
 
 # Rates reported in percent; everything else as is.
-PERCENT_KEYS = ("F1", "P", "R", "Match", "SRecall", "invalid", "submitted")
+PERCENT_KEYS = ("F1", "P", "R", "Match", "SRecall", "invalid", "submitted", "N@5", "C@10")
 # info keys an env computes from the gold ids (Decompose-v0's NDCG) or that carry the whole record.
 GOLD_INFO_KEYS = frozenset({"trajectory", "task", "gold", "ndcg_raw", "ndcg_atom"})
 
@@ -52,7 +52,18 @@ def episode_metrics(trajectory: Trajectory, task: Task) -> dict[str, float]:
         "submitted": float(trajectory.terminated_by == "submit"),
         "turns": float(trajectory.num_turns),
         "search_turns": float(len(trajectory.events)),
+        **(decomposition_metrics(trajectory, task) if trajectory.subtasks is not None else {}),
     }
+
+
+def decomposition_metrics(trajectory: Trajectory, task: Task) -> dict[str, float]:
+    """A decomposition episode's fused list (its ``selection``) as retrieval: ``N@5``, ``C@10``, and
+    the number of subtasks it wrote."""
+    from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
+
+    fused = list(trajectory.selection or [])
+    return {"N@5": float(ndcg_at_k(fused, task.gold, 5)), "C@10": float(completeness_at_k(fused, task.gold, 10)),
+            "subtasks": float(len(trajectory.subtasks or ()))}
 
 
 def _stderr(values: Sequence[float]) -> float:
@@ -82,12 +93,14 @@ def paired_difference(before: Mapping[str, Any], after: Mapping[str, Any], key: 
         table = side.get("per_task", side) if isinstance(side.get("per_task"), Mapping) else side
         return {str(t): float(v[key] if isinstance(v, Mapping) else v) for t, v in table.items()}
 
+    from toolgym.trainers.paired_eval import paired_gain
+
     a, b = values(before), values(after)
     shared = [t for t in a if t in b]
     if not shared:
         raise ValueError("the two evaluations share no task id")
-    diffs = [b[t] - a[t] for t in shared]
-    return float(np.mean(diffs)), _stderr(diffs), len(diffs)
+    out = paired_gain([a[t] for t in shared], [b[t] for t in shared])
+    return out["gain"], out["se"], out["n"]
 
 
 # -- what an agent may see ------------------------------------------------------------------

@@ -135,14 +135,15 @@ def load_train_eval(cfg: Any) -> tuple[Any, list[Any], list[Any]]:
 
     The two task lists never share an id or a query text (checked).
     """
-    from toolgym.retrieval.training_data import check_disjoint, split_tasks
+    from toolgym.data.training_data import check_disjoint, split_tasks
 
     if cfg.corpus_path or cfg.tasks_path:
         if not (cfg.corpus_path and cfg.tasks_path):
             raise ValueError("give both corpus_path and tasks_path (or neither, to use dataset)")
         from toolgym.data import load_corpus_and_tasks
 
-        corpus, tasks = load_corpus_and_tasks(cfg.corpus_path, cfg.tasks_path)
+        data = load_corpus_and_tasks(cfg.corpus_path, cfg.tasks_path)
+        corpus, tasks = data.corpus, data.tasks
         train, held = split_tasks(tasks, float(cfg.heldout_fraction), int(cfg.seed))
     else:
         from toolgym.data import load_dataset

@@ -2,7 +2,7 @@
 
 Pairs (x, y*, y⁻): y* = a task's reference subtasks (UltraTool, read from the shared data at
 run time via ``toolgym.data.load_dataset("ultratool")``, never bundled), y⁻ = a corruption of
-y* along one quality criterion (``toolgym.retrieval.training_data.CORRUPTIONS``: merged
+y* along one quality criterion (``toolgym.data.training_data.CORRUPTIONS``: merged
 intents, dropped intent, duplicated subtask, unresolved reference, invented task).
 
 Model: the MiniLM body as a one-logit cross-encoder over (x, numbered subtasks). Loss: the
@@ -93,7 +93,7 @@ def fit_preference(cfg: Any) -> dict[str, Any]:
     from sentence_transformers.cross_encoder.losses import RankNetLoss
     from tqdm.auto import tqdm
 
-    from toolgym.retrieval.training_data import preference_pairs
+    from toolgym.data.training_data import preference_pairs
     from toolgym.rewards.preference_model import preference_inputs
     from toolgym.trainers.fit_reranker import load_reranker
 

@@ -17,7 +17,7 @@ Three stages, each continuing from the previous model and saved as its own Cross
    ``RankNetLoss`` with natural log and no weighting is exactly that sum.
 
 What sentence-transformers lacks and is written here: the stage schedule, the self-distillation
-loop (teacher scoring + eq. 22, ``toolgym.retrieval.training_data.top_k_hard_negatives``) and a
+loop (teacher scoring + eq. 22, ``toolgym.data.training_data.top_k_hard_negatives``) and a
 wall-clock budget. After each stage the held-out tasks are reranked (the retriever's top
 ``candidates``) and N@k / C@k logged; ``summary.json`` has every stage's numbers.
 """
@@ -165,7 +165,7 @@ def _list_inputs(scale: float) -> Callable[[list[Any]], tuple[Any, Any]]:
 def teacher_hard_negatives(reranker: Any, tasks: Sequence[Any], pools: dict[str, list[str]], corpus: Any, k: int) -> dict[str, list[str]]:
     """Algorithm 1, lines 5-12: the current reranker scores each query's candidate pool; eq. 22 keeps
     its top-k wrong tools."""
-    from toolgym.retrieval.training_data import top_k_hard_negatives
+    from toolgym.data.training_data import top_k_hard_negatives
 
     pairs = [(t.context_text(), corpus.text(corpus[i])) for t in tasks for i in pools[t.id]]
     flat = reranker.score_pairs(pairs)
@@ -190,7 +190,7 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, ListNetLoss, RankNetLoss
 
     from toolgym.retrieval import build_index
-    from toolgym.retrieval.training_data import listwise_groups, pointwise_examples, random_negatives
+    from toolgym.data.training_data import listwise_groups, pointwise_examples, random_negatives
 
     stages = list(cfg.stages)
     unknown = [s for s in stages if s not in STAGES]

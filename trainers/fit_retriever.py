@@ -4,7 +4,7 @@ Loss: in-batch InfoNCE, eq. 13, as sentence-transformers' ``MultipleNegativesRan
 (scale = 1/τ; every other positive and negative in the batch is a negative too). Negatives
 follow Algorithm 1: round 0 uses random negatives; each later round r uses the current model
 as teacher and mines its top-scored wrong tools over the whole corpus (eq. 22,
-:func:`toolgym.retrieval.training_data.top_k_hard_negatives`) for the next round's student
+:func:`toolgym.data.training_data.top_k_hard_negatives`) for the next round's student
 (the same model, trained on). The result is a sentence-transformers folder
 ``<output_dir>/model``: ``toolgym eval --retriever dense --model <output_dir>/model`` or
 ``build_index(corpus, "dense", model=...)`` uses it, with its own embedding cache.
@@ -83,7 +83,7 @@ def mine_with_model(model: Any, corpus: Any, tasks: Sequence[Any], k: int, depth
                     tool_vectors: np.ndarray | None = None) -> dict[str, list[str]]:
     """Teacher step of Algorithm 1 for the retriever: s_r = cosine under the current model,
     candidate pool = its top ``depth`` tools, then eq. 22."""
-    from toolgym.retrieval.training_data import top_k_hard_negatives
+    from toolgym.data.training_data import top_k_hard_negatives
 
     tools = tool_vectors if tool_vectors is not None else _encode(model, corpus.texts())
     queries = _encode(model, [t.context_text() for t in tasks])
@@ -100,7 +100,7 @@ def mine_with_model(model: Any, corpus: Any, tasks: Sequence[Any], k: int, depth
 
 def mine_with_index(index: Any, tasks: Sequence[Any], k: int, depth: int = 50) -> dict[str, list[str]]:
     """Eq. 22 with any ``ToolIndex`` as teacher: its top ``depth`` list, gold removed, first ``k``."""
-    from toolgym.retrieval.training_data import top_k_hard_negatives
+    from toolgym.data.training_data import top_k_hard_negatives
 
     found = index.search_batch([t.context_text() for t in tasks], k=depth)
     return {t.id: top_k_hard_negatives(list(r.ids), None, t.gold, k) for t, r in zip(tasks, found)}
@@ -114,7 +114,7 @@ def train_round(model: Any, triples: list[Any], cfg: Any, budget: Budget, log: M
     from sentence_transformers.util import batch_to_device
     from tqdm.auto import tqdm
 
-    from toolgym.retrieval.training_data import no_duplicate_batches
+    from toolgym.data.training_data import no_duplicate_batches
 
     loss_fn = MultipleNegativesRankingLoss(model, scale=float(cfg.scale))
     batches = []
@@ -156,7 +156,7 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
 
     from toolgym.retrieval import build_index
     from toolgym.retrieval.models import resolve_embedding_model
-    from toolgym.retrieval.training_data import contrastive_triples, random_negatives
+    from toolgym.data.training_data import contrastive_triples, random_negatives
 
     set_seed(int(cfg.seed))
     rng = random.Random(int(cfg.seed))

@@ -40,46 +40,32 @@ def evaluate_per_task(policy: Any, env_id: str, env_kwargs: dict[str, Any], num_
                       progress: bool = True) -> dict[str, Any]:
     """One greedy episode per task (the first ``num_tasks`` of the env); per-task rows and means.
 
-    Rows hold ``task_id``, ``reward`` (the env return), ``invalid_rate``, ``search_turns``,
+    A view of :func:`toolgym.trainers.evaluate.evaluate` (the one evaluator) in row form: rows
+    hold ``task_id``, ``reward`` (the env return), ``invalid_rate``, ``search_turns``,
     ``submitted``; tool-search rows add ``f1``; decomposition rows add ``ndcg5``, ``c10`` of the
     fused subtask retrieval and ``subtasks`` (their number).
     """
-    from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k, selection_prf
-    from toolgym.trainers.rollout import collect_rollouts
-    from toolgym.trainers.train_cmd import env_tasks, make_envs
+    from toolgym.trainers.evaluate import env_tasks, evaluate, make_envs
 
     saved = policy.sampling
     policy.sampling = replace(saved, temperature=0.0, max_new_tokens=int(max_new_tokens or saved.max_new_tokens))
     probe = make_envs(env_id, env_kwargs, 1)[0]
     tasks = env_tasks(probe)[: num_tasks or None]
     envs = [probe] + make_envs(env_id, env_kwargs, max(0, min(batch_size, len(tasks)) - 1))
-    rows: list[dict[str, Any]] = []
     started = time.time()
     try:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(tasks), desc=f"eval {env_id}", disable=not progress, leave=False)
-        for start in range(0, len(tasks), batch_size):
-            chunk = tasks[start:start + batch_size]
-            outs = collect_rollouts(policy, envs[: len(chunk)], [t.id for t in chunk], seeds=[start + i for i in range(len(chunk))],
-                                    max_context_tokens=max_context_tokens)
-            for task, r in zip(chunk, outs):
-                traj = r.trajectory
-                row: dict[str, Any] = {"task_id": task.id, "reward": float(r.env_return),
-                                       "invalid_rate": traj.invalid_actions / max(traj.num_turns, 1),
-                                       "search_turns": float(len(traj.events)),
-                                       "submitted": float(traj.terminated_by == "submit")}
-                if traj.subtasks is None:
-                    row["f1"] = float(selection_prf(traj.selection, task.gold)[2])
-                else:
-                    fused = list(traj.selection or [])
-                    row.update(ndcg5=ndcg_at_k(fused, task.gold, 5), c10=completeness_at_k(fused, task.gold, 10),
-                               subtasks=float(len(traj.subtasks)))
-                rows.append(row)
-            bar.update(len(chunk))
-        bar.close()
+        result = evaluate(policy, envs, tasks, max_context_tokens=max_context_tokens, progress=progress)
     finally:
         policy.sampling = saved
+    names = {"reward": "reward", "invalid": "invalid_rate", "search_turns": "search_turns", "submitted": "submitted",
+             "N@5": "ndcg5", "C@10": "c10", "subtasks": "subtasks"}
+    rows: list[dict[str, Any]] = []
+    for task in tasks:
+        m = result["per_task"][task.id]
+        row: dict[str, Any] = {"task_id": task.id, **{new: float(m[old]) for old, new in names.items() if old in m}}
+        if "subtasks" not in m:  # tool search: the selection F1
+            row["f1"] = float(m["F1"])
+        rows.append(row)
     means = {k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k != "task_id"} if rows else {}
     return {"env_id": env_id, "env_kwargs": env_kwargs, "num_tasks": len(rows), "rows": rows, "mean": means,
             "seconds": time.time() - started}
