@@ -108,6 +108,21 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def optimizer_step(loss: Any, model: Any, optimizer: Any, scheduler: Any, log: "MetricsLog", stage: str, step: int) -> float:
+    """Backward, clip the gradient norm at 1, step optimiser and schedule, log ``{stage, step, loss, lr}``;
+    returns the loss value. The one update of every ``toolgym fit-*`` loop."""
+    import torch
+
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    value = float(loss.item())
+    log.write({"stage": stage, "step": step, "loss": value, "lr": scheduler.get_last_lr()[0]})
+    return value
+
+
 def linear_warmup(optimizer: Any, warmup_steps: int, total_steps: int) -> Any:
     """transformers' linear warm-up then linear decay schedule."""
     from transformers import get_linear_schedule_with_warmup

@@ -30,6 +30,7 @@ from toolgym.trainers.fit_common import (
     DATA_DEFAULTS,
     Budget,
     MetricsLog,
+    optimizer_step,
     add_config_arguments,
     config_from_args,
     linear_warmup,
@@ -141,14 +142,8 @@ def fit_preference(cfg: Any) -> dict[str, Any]:
         texts = [preference_inputs(p.task, [list(p.chosen), list(p.rejected)]) for p in pairs]
         inputs = [[t[0][0] for t in texts], [[t[0][1], t[1][1]] for t in texts]]
         loss = loss_fn(inputs, [torch.tensor([1.0, 0.0]) for _ in pairs])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
         step += 1
-        window = (window + [float(loss.item())])[-20:]
-        log.write({"stage": "train", "step": step, "loss": float(loss.item()), "lr": scheduler.get_last_lr()[0]})
+        window = (window + [optimizer_step(loss, model, optimizer, scheduler, log, "train", step)])[-20:]
         bar.set_postfix(loss=f"{np.mean(window):.3f}")
     bar.close()
     model.eval()

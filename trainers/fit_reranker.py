@@ -35,6 +35,7 @@ from toolgym.trainers.fit_common import (
     DATA_DEFAULTS,
     Budget,
     MetricsLog,
+    optimizer_step,
     add_config_arguments,
     config_from_args,
     linear_warmup,
@@ -134,14 +135,9 @@ def train_stage(
             break
         inputs, labels = to_inputs([examples[i] for i in batch])
         loss = loss_fn(inputs, labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
         step += 1
-        log.write({"stage": stage, "step": step, "loss": float(loss.item()), "lr": scheduler.get_last_lr()[0]})
-        bar.set_postfix(loss=f"{loss.item():.3f}")
+        value = optimizer_step(loss, model, optimizer, scheduler, log, stage, step)
+        bar.set_postfix(loss=f"{value:.3f}")
     bar.close()
     model.eval()
     return step

@@ -27,6 +27,7 @@ from toolgym.trainers.fit_common import (
     DATA_DEFAULTS,
     Budget,
     MetricsLog,
+    optimizer_step,
     add_config_arguments,
     config_from_args,
     linear_warmup,
@@ -136,14 +137,9 @@ def train_round(model: Any, triples: list[Any], cfg: Any, budget: Budget, log: M
         columns += [[t.negatives[j] for t in items] for j in range(len(items[0].negatives))]
         features = [batch_to_device(model.preprocess(c), model.device) for c in columns]
         loss = loss_fn(features, None)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
         step += 1
-        log.write({"stage": stage, "step": step, "loss": float(loss.item()), "lr": scheduler.get_last_lr()[0]})
-        bar.set_postfix(loss=f"{loss.item():.3f}")
+        value = optimizer_step(loss, model, optimizer, scheduler, log, stage, step)
+        bar.set_postfix(loss=f"{value:.3f}")
     bar.close()
     return step
 
