@@ -50,10 +50,11 @@ def grpo_config(env_name: str, reward: dict[str, Any], model: str, run_dir: Path
     from toolgym.trainers.train_cmd import load_config
 
     env = ENVS[env_name]
-    cfg = load_config(config or ROOT / "configs" / "learning_grpo.yaml")
+    cfg = load_config(config or ROOT / "configs" / "learning_grpo.yaml", check_machine=False)  # model set below
     cfg.env.id = env["id"]
     cfg.env.kwargs = OmegaConf.create(env["kwargs"])  # replace, not merge: the envs take different kwargs
-    cfg.reward = OmegaConf.create(reward)
+    cfg.reward.name = reward["name"]  # a structured section: set its fields, not the section
+    cfg.reward.options = OmegaConf.create(dict(reward.get("options") or {}))
     cfg.sampling.max_new_tokens = env["max_new_tokens"]
     cfg.sampling.stop_strings = env["stop_strings"]
     cfg.model.name = model
