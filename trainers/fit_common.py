@@ -77,7 +77,9 @@ def plot_fit_curves(metrics_path: str | Path, out_png: str | Path, keys: Sequenc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    from toolgym.trainers.checkpoint import read_metrics  # the one metrics reader (a half-written last line is fine)
+
+    rows = read_metrics(metrics_path)
     fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.2), squeeze=False)
     for ax, key in zip(axes.flat, keys):
         stages = dict.fromkeys(r.get("stage", "") for r in rows if key in r)
