@@ -82,6 +82,26 @@ def summarize(rows: Sequence[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
+def paired_gain(before: Sequence[float], after: Sequence[float]) -> dict[str, float]:
+    """Mean paired difference and its standard error.
+
+    With ``d_i = after_i - before_i`` over the same ``n`` tasks:
+    ``gain = (1/n) Σ d_i``,  ``se = sqrt( Σ (d_i - gain)² / (n - 1) ) / sqrt(n)``  (0 when n < 2).
+    ``z = gain / se`` (inf when se is 0 and gain is not, 0 when both are 0).
+    """
+    b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    if b.shape != a.shape or b.ndim != 1:
+        raise ValueError(f"paired_gain needs two equal-length lists, got {b.shape} and {a.shape}")
+    if len(b) == 0:
+        raise ValueError("paired_gain needs at least one task")
+    d = a - b
+    gain = float(d.mean())
+    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else 0.0
+    z = gain / se if se > 0 else (math.inf if gain else 0.0) * (1 if gain >= 0 else -1)
+    return {"gain": gain, "se": se, "z": float(z), "n": len(d), "before": float(b.mean()), "after": float(a.mean()),
+            "exceeds_2se": bool(gain > 2 * se)}
+
+
 def paired_difference(before: Mapping[str, Any], after: Mapping[str, Any], key: str = "reward") -> tuple[float, float, int]:
     """Mean gain ``after − before`` over the task ids both evaluated, its paired standard error, and n.
 
@@ -92,8 +112,6 @@ def paired_difference(before: Mapping[str, Any], after: Mapping[str, Any], key: 
     def values(side: Mapping[str, Any]) -> dict[str, float]:
         table = side.get("per_task", side) if isinstance(side.get("per_task"), Mapping) else side
         return {str(t): float(v[key] if isinstance(v, Mapping) else v) for t, v in table.items()}
-
-    from toolgym.trainers.paired_eval import paired_gain
 
     a, b = values(before), values(after)
     shared = [t for t in a if t in b]

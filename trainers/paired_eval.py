@@ -7,32 +7,13 @@ vary more than the policies do.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-
-def paired_gain(before: Sequence[float], after: Sequence[float]) -> dict[str, float]:
-    """Mean paired difference and its standard error.
-
-    With ``d_i = after_i - before_i`` over the same ``n`` tasks:
-    ``gain = (1/n) Σ d_i``,  ``se = sqrt( Σ (d_i - gain)² / (n - 1) ) / sqrt(n)``  (0 when n < 2).
-    ``z = gain / se`` (inf when se is 0 and gain is not, 0 when both are 0).
-    """
-    b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
-    if b.shape != a.shape or b.ndim != 1:
-        raise ValueError(f"paired_gain needs two equal-length lists, got {b.shape} and {a.shape}")
-    if len(b) == 0:
-        raise ValueError("paired_gain needs at least one task")
-    d = a - b
-    gain = float(d.mean())
-    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else 0.0
-    z = gain / se if se > 0 else (math.inf if gain else 0.0) * (1 if gain >= 0 else -1)
-    return {"gain": gain, "se": se, "z": float(z), "n": len(d), "before": float(b.mean()), "after": float(a.mean()),
-            "exceeds_2se": bool(gain > 2 * se)}
+from toolgym.trainers.evaluate import env_tasks, evaluate, make_envs, paired_gain  # paired_gain re-exported
 
 
 def evaluate_per_task(policy: Any, env_id: str, env_kwargs: dict[str, Any], num_tasks: int | None = None,
@@ -45,8 +26,6 @@ def evaluate_per_task(policy: Any, env_id: str, env_kwargs: dict[str, Any], num_
     ``submitted``; tool-search rows add ``f1``; decomposition rows add ``ndcg5``, ``c10`` of the
     fused subtask retrieval and ``subtasks`` (their number).
     """
-    from toolgym.trainers.evaluate import env_tasks, evaluate, make_envs
-
     saved = policy.sampling
     policy.sampling = replace(saved, temperature=0.0, max_new_tokens=int(max_new_tokens or saved.max_new_tokens))
     probe = make_envs(env_id, env_kwargs, 1)[0]
