@@ -36,7 +36,9 @@ DEFAULTS: dict[str, Any] = {
              "stop_strings": ["</tool_call>"]},
     "train": {"epochs": 1.0, "max_steps": -1, "lr": 5e-5, "batch_size": 4, "grad_accum": 1, "warmup_ratio": 0.05,
               "lr_scheduler": "cosine", "weight_decay": 0.0, "max_grad_norm": 1.0, "save_steps": 50,
-              "keep_checkpoints": 1, "time_budget_s": None, "gradient_checkpointing": False},
+              "keep_checkpoints": 1, "time_budget_s": None, "gradient_checkpointing": False,
+              # bf16: bfloat16 autocast (weights stay float32); ~1.6x faster on CPUs with AVX512-BF16
+              "bf16": False},
     "lora": None,
 }
 
@@ -236,7 +238,7 @@ def sft(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, Any]
         logging_steps=1, save_strategy="steps", save_steps=int(tcfg["save_steps"]),
         save_total_limit=int(tcfg["keep_checkpoints"]), report_to="none", seed=int(plain["seed"]),
         use_cpu=not torch.cuda.is_available(), remove_unused_columns=False,
-        dataloader_num_workers=0, disable_tqdm=not progress,
+        dataloader_num_workers=0, disable_tqdm=not progress, bf16=bool(tcfg["bf16"]),
     )
     collator = DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100, return_tensors="pt")
     trainer = Trainer(model=model, args=args, train_dataset=examples, data_collator=collator, callbacks=[_Log()])
