@@ -42,7 +42,8 @@ RUNS = {
 
 
 def grpo_config(env_name: str, reward: dict[str, Any], model: str, run_dir: Path, budget_s: float | None, seed: int = 0,
-                tasks_per_step: int | None = None, group_size: int | None = None, config: str | Path | None = None) -> Any:
+                tasks_per_step: int | None = None, group_size: int | None = None, config: str | Path | None = None,
+                overrides: list[str] | None = None) -> Any:
     """The GRPO config of one learning run (LoRA on the warm start, fixed time budget, no built-in eval):
     ``config`` (default ``configs/learning_grpo.yaml``) with this run's env, reward, model and budget."""
     from omegaconf import OmegaConf
@@ -66,10 +67,13 @@ def grpo_config(env_name: str, reward: dict[str, Any], model: str, run_dir: Path
         cfg.train.tasks_per_step = tasks_per_step
     if group_size is not None:
         cfg.train.group_size = group_size
+    if overrides:  # key=value, as on the `toolgym train` command line (validated by the structured config)
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
     return cfg
 
 
-def run_grpo(run: str, warm_start: str, run_dir: Path, budget_s: float, config: str | None = None) -> dict[str, Any]:
+def run_grpo(run: str, warm_start: str, run_dir: Path, budget_s: float, config: str | None = None,
+             overrides: list[str] | None = None) -> dict[str, Any]:
     """GRPO for one run, once: a finished run (``grpo_done.json``) is not trained again."""
     from toolgym.trainers.train_cmd import train
 
@@ -77,7 +81,7 @@ def run_grpo(run: str, warm_start: str, run_dir: Path, budget_s: float, config: 
     if marker.exists():
         return json.loads(marker.read_text())
     env_name, reward = RUNS[run]
-    cfg = grpo_config(env_name, reward, warm_start, run_dir, budget_s, config=config)
+    cfg = grpo_config(env_name, reward, warm_start, run_dir, budget_s, config=config, overrides=overrides)
     started = time.time()
     summary = train(cfg, resume=(run_dir / "checkpoints").is_dir(), progress=True)
     done = {"steps": summary["steps"], "seconds": time.time() - started, "budget_s": budget_s}
@@ -139,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the runs that also get GRPO (default: all of --runs; none: only base -> warm start)")
     ap.add_argument("--out", default="runs/learning", help="run folders and cached evaluations")
     ap.add_argument("--config", default=None, help="GRPO config the runs start from (default configs/learning_grpo.yaml)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="overrides",
+                    help="GRPO config overrides for every run, e.g. train.group_size=8 grpo.lr=5e-4")
+    ap.add_argument("--eval-batch", type=int, default=8, help="episodes generated together in an evaluation")
     ap.add_argument("--no-report", action="store_true", help="print only; leave benchmarks/results and docs alone")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -148,17 +155,18 @@ def main(argv: list[str] | None = None) -> int:
     n = args.eval_tasks
     for run in args.runs:
         env_name, reward = RUNS[run]
-        base = evaluate(args.base, env_name, n, out / f"eval_base_{env_name}.json")
-        warm = evaluate(args.warm_start, env_name, n, out / f"eval_warm_{env_name}.json")
+        base = evaluate(args.base, env_name, n, out / f"eval_base_{env_name}.json", args.eval_batch)
+        warm = evaluate(args.warm_start, env_name, n, out / f"eval_warm_{env_name}.json", args.eval_batch)
         per_task[f"{env_name}/base"], per_task[f"{env_name}/warm_start"] = base["rows"], warm["rows"]
         row: dict[str, Any] = {"env_id": ENVS[env_name]["id"], "reward_scheme": reward["name"], "eval_tasks": n,
                                "base": base["mean"], "warm_start": warm["mean"],
                                "sft_gain": compare(base, warm)}
         if args.grpo is None or run in args.grpo:
             run_dir = out / run
-            done = run_grpo(run, args.warm_start, run_dir, args.budget_min * 60, args.config)
+            done = run_grpo(run, args.warm_start, run_dir, args.budget_min * 60, args.config, args.overrides)
             row["grpo_steps"], row["grpo_seconds"] = done["steps"], done["seconds"]
-            after = evaluate(str(run_dir), env_name, n, out / f"eval_grpo_{run}.json")
+            row["grpo_overrides"] = list(args.overrides)
+            after = evaluate(str(run_dir), env_name, n, out / f"eval_grpo_{run}.json", args.eval_batch)
             per_task[f"{run}/grpo"] = after["rows"]
             row["grpo"] = after["mean"]
             row["grpo_gain"] = compare(warm, after)

@@ -185,3 +185,38 @@ def test_epoch_shuffle_follows_the_seed_not_the_batch_size(tokenizer):
     first_epoch = {tuple(np.random.default_rng(s).permutation(4)) for s in [(0, 1), (0, 6)]}
     assert len(first_epoch) == 2  # the two seeds visit the sequences in different orders ...
     assert not torch.equal(same, params_after((0, 6)))  # ... and so end at different weights
+
+
+def test_on_policy_update_skips_the_old_pass_and_matches_the_prepared_update(tokenizer):
+    model = tiny_causal_lm(tokenizer, seed=5)  # no dropout: eval and train passes agree
+    seqs, masks, advs = _toy_batch(tokenizer)
+    params = []
+    for prepared in (True, False):
+        trainer = GRPOTrainer(copy.deepcopy(model), {"lr": 1e-3, "kl_coef": 0.0, "micro_batch_size": 1})
+        batch = TokenBatch(seqs, masks, advs)
+        calls = []
+        original = trainer._logprobs
+        trainer._logprobs = lambda *a: calls.append(1) or original(*a)
+        if prepared:
+            trainer.prepare(batch)
+        assert trainer.is_on_policy(batch) is (not prepared)
+        metrics = trainer.train_on(batch)
+        assert metrics["ratio"] == pytest.approx(1.0, abs=1e-6)
+        assert len(calls) == (4 if prepared else 2)  # two sequences: a no-grad pass each, only when prepared
+        params.append([p.detach().clone() for p in trainer.model.parameters()])
+    for a, b in zip(*params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    # several optimiser steps per batch are off-policy after the first: old log-probs are prepared
+    trainer = GRPOTrainer(copy.deepcopy(model), {"lr": 1e-3, "mini_batch_size": 1})
+    assert not trainer.is_on_policy(TokenBatch(seqs, masks, advs))
+
+
+def test_bf16_autocast_logprobs_stay_close_and_float32(tokenizer):
+    model = tiny_causal_lm(tokenizer, seed=6)
+    seqs, masks, _ = _toy_batch(tokenizer)
+    with torch.no_grad():
+        full = torch.cat(response_logprobs(model, seqs, masks))
+        half = torch.cat(response_logprobs(model, seqs, masks, autocast_bf16=True))
+    assert half.dtype == torch.float32 and half.shape == full.shape
+    assert not torch.equal(half, full)  # the decoder did run in bfloat16
+    torch.testing.assert_close(half, full, rtol=0, atol=0.05)

@@ -110,7 +110,10 @@ class GRPOConfig:
         micro_batch_size (`int`, defaults to `4`):
             Sequences per forward pass; gradients accumulate over a mini-batch.
         mini_batch_size (`int` or `None`, defaults to `None`):
-            Sequences per optimiser step; ``None`` = the whole batch (one step per epoch).
+            Sequences per optimiser step; ``None`` = the whole batch (one step per epoch). With
+            one step per batch (and ``epochs: 1``) the update is on-policy: the old log-probs are
+            the current ones, taken from the training pass itself (ratio exactly 1), so no
+            separate no-grad pass runs.
         epochs (`int`, defaults to `1`):
             Passes over one rollout batch (shuffled, seeded by run seed and step, when > 1).
         logprob_chunk (`int`, defaults to `1024`):
@@ -121,6 +124,11 @@ class GRPOConfig:
             ``alpha`` / ``dropout`` still load.)
         gradient_checkpointing (`bool`, defaults to `False`):
             Recompute activations in the backward pass (less memory, ~30% slower).
+        autocast_bf16 (`bool`, defaults to `False`):
+            Run the decoder of every log-prob pass under bfloat16 autocast (weights and the LM
+            head stay float32): ~1.6x faster forward+backward on CPUs with AVX512-BF16. Rollouts
+            still sample in the model's dtype, so log-probs differ from the sampler's by bf16
+            rounding; on-policy updates (below) take the old log-probs from the same pass.
     """
 
     lr: float = 1e-6
@@ -134,6 +142,7 @@ class GRPOConfig:
     logprob_chunk: int = 1024
     lora: dict[str, Any] | None = None
     gradient_checkpointing: bool = False
+    autocast_bf16: bool = False
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "GRPOConfig":

@@ -106,12 +106,13 @@ def _decoder_and_head(model: Any) -> tuple[Any, Any]:
 
 
 def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
-                      chunk: int = 1024, temperature: float = 1.0) -> list[torch.Tensor]:
+                      chunk: int = 1024, temperature: float = 1.0, autocast_bf16: bool = False) -> list[torch.Tensor]:
     """log π_T(token_p | tokens_<p) = log softmax(logits_p / T)[token_p] at every position ``p`` with mask 1.
 
     ``T`` is the sampling temperature (``<= 0``, greedy, counts as 1). One decoder pass over the
     right-padded batch; the LM head and log-softmax run only on the hidden states that predict
-    masked-in tokens, ``chunk`` positions at a time, in float32.
+    masked-in tokens, ``chunk`` positions at a time, in float32 (also with ``autocast_bf16``,
+    which runs only the decoder under bfloat16 autocast).
     """
     scale = 1.0 / temperature if temperature and temperature > 0 else 1.0
     device = next(model.parameters()).device
@@ -122,7 +123,9 @@ def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Seq
         ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
         attn[i, : len(s)] = 1
     decoder, head = _decoder_and_head(model)
-    hidden = decoder(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast_bf16):
+        hidden = decoder(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state
+    hidden = hidden.float()
     rows, cols, targets, counts = [], [], [], []
     for i, (s, m) in enumerate(zip(sequences, masks)):
         pos = [p for p in range(1, len(s)) if m[p]]
@@ -136,7 +139,8 @@ def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Seq
     tgt = torch.tensor(targets, device=device)
     out = []
     for start in range(0, len(rows), chunk):
-        logits = head(picked[start:start + chunk]).float() * scale
+        with torch.autocast(device.type, enabled=False):
+            logits = head(picked[start:start + chunk]).float() * scale
         out.append(torch.log_softmax(logits, dim=-1).gather(-1, tgt[start:start + chunk, None]).squeeze(-1))
     flat = torch.cat(out)
     return list(torch.split(flat, counts))
@@ -181,26 +185,37 @@ class GRPOTrainer:
         for start in range(0, len(idx), step):
             yield list(idx[start:start + step])
 
+    def _logprobs(self, model: Any, seqs: Sequence[Sequence[int]], masks: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        return response_logprobs(model, seqs, masks, self.config.logprob_chunk, self.temperature, self.config.autocast_bf16)
+
+    def is_on_policy(self, batch: TokenBatch) -> bool:
+        """One optimiser step on fresh rollouts: the old log-probs are the current ones."""
+        n = len(batch.token_ids)
+        return batch.old_logprobs is None and self.config.epochs == 1 and (self.config.mini_batch_size or n) >= n
+
     @torch.no_grad()
-    def prepare(self, batch: TokenBatch) -> None:
-        """Fill old (current policy, before the update) and reference log-probs, no gradients."""
+    def prepare(self, batch: TokenBatch, old: bool = True) -> None:
+        """Fill old (current policy, before the update; unless ``old=False``) and reference
+        log-probs, no gradients."""
         cfg = self.config
         n = len(batch.token_ids)
-        old: list[torch.Tensor] = [None] * n  # type: ignore[list-item]
+        old_lp: list[torch.Tensor] = [None] * n  # type: ignore[list-item]
         ref: list[torch.Tensor] = [None] * n  # type: ignore[list-item]
         was_training = self.model.training
         self.model.eval()
         for mb in self._micro_batches(range(n)):
             seqs = [batch.token_ids[i] for i in mb]
             masks = [batch.loss_mask[i] for i in mb]
-            for i, lp in zip(mb, response_logprobs(self.model, seqs, masks, cfg.logprob_chunk, self.temperature)):
-                old[i] = lp.detach()
+            if old:
+                for i, lp in zip(mb, self._logprobs(self.model, seqs, masks)):
+                    old_lp[i] = lp.detach()
             if cfg.kl_coef > 0:
                 with self._reference() as ref_model:
-                    for i, lp in zip(mb, response_logprobs(ref_model, seqs, masks, cfg.logprob_chunk, self.temperature)):
+                    for i, lp in zip(mb, self._logprobs(ref_model, seqs, masks)):
                         ref[i] = lp.detach()
         self.model.train(was_training)
-        batch.old_logprobs = old
+        if old:
+            batch.old_logprobs = old_lp
         batch.ref_logprobs = ref if cfg.kl_coef > 0 else None
 
     def train_on(self, batch: TokenBatch, seed: int | Sequence[int] = 0) -> dict[str, float]:
@@ -210,8 +225,11 @@ class GRPOTrainer:
         ``default_rng(seed)``; the train loop passes ``(run seed, step)``.
         """
         cfg = self.config
-        if batch.old_logprobs is None:
+        on_policy = self.is_on_policy(batch)
+        if batch.old_logprobs is None and not on_policy:
             self.prepare(batch)
+        elif on_policy and cfg.kl_coef > 0 and batch.ref_logprobs is None:
+            self.prepare(batch, old=False)
         n = len(batch.token_ids)
         mini = cfg.mini_batch_size or n
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio": 0.0}
@@ -230,12 +248,12 @@ class GRPOTrainer:
                 for mb in self._micro_batches(members):
                     seqs = [batch.token_ids[i] for i in mb]
                     masks = [batch.loss_mask[i] for i in mb]
-                    logps = response_logprobs(self.model, seqs, masks, cfg.logprob_chunk, self.temperature)
-                    logp = torch.cat(logps)
+                    logp = torch.cat(self._logprobs(self.model, seqs, masks))
                     if logp.numel() == 0:
                         continue
                     device = logp.device
-                    old = torch.cat([batch.old_logprobs[i] for i in mb]).to(device)
+                    # on-policy: π_old is the policy that is about to change, i.e. this very pass
+                    old = logp.detach() if on_policy else torch.cat([batch.old_logprobs[i] for i in mb]).to(device)
                     ref = torch.cat([batch.ref_logprobs[i] for i in mb]).to(device) if batch.ref_logprobs else None
                     adv = torch.cat([torch.as_tensor(np.asarray(batch.advantages[i])[np.asarray(batch.loss_mask[i], dtype=bool)],
                                                      dtype=torch.float32) for i in mb]).to(device)
