@@ -151,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     tasks_path = RESULTS / "learning_tasks.json"
     per_task: dict[str, Any] = json.loads(tasks_path.read_text()) if tasks_path.exists() else {}
-    results: dict[str, Any] = {}
+    # runs measured earlier from the same warm start stay in the report (one invocation per run is
+    # how runs with different --set overrides share a table)
+    previous = json.loads((RESULTS / "learning.json").read_text()) if (RESULTS / "learning.json").exists() else {}
+    results: dict[str, Any] = dict(previous.get("results", {})) if previous.get("warm_start") == args.warm_start else {}
     n = args.eval_tasks
     for run in args.runs:
         env_name, reward = RUNS[run]
@@ -166,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             done = run_grpo(run, args.warm_start, run_dir, args.budget_min * 60, args.config, args.overrides)
             row["grpo_steps"], row["grpo_seconds"] = done["steps"], done["seconds"]
             row["grpo_overrides"] = list(args.overrides)
+            row["grpo_budget_min"] = args.budget_min
             after = evaluate(str(run_dir), env_name, n, out / f"eval_grpo_{run}.json", args.eval_batch)
             per_task[f"{run}/grpo"] = after["rows"]
             row["grpo"] = after["mean"]
@@ -198,16 +202,19 @@ def report_body(results: dict[str, Any], args: argparse.Namespace) -> str:
     for name, r in results.items():
         rows.append([r["env_id"], r["reward_scheme"], r["eval_tasks"], f"{r['base']['reward']:.3f}",
                      f"{r['warm_start']['reward']:.3f}", f"{r['grpo']['reward']:.3f}" if "grpo" in r else "-",
-                     _pm(r["sft_gain"]), _pm(r.get("grpo_gain")), _pm(r.get("total_gain")), r.get("grpo_steps", "-"),
+                     _pm(r["sft_gain"]), _pm(r.get("grpo_gain")), _pm(r.get("total_gain")),
+                     f"{r['grpo_steps']} in {r.get('grpo_budget_min', args.budget_min):g} min" if "grpo_steps" in r else "-",
+                     " ".join(f"`{o}`" for o in r.get("grpo_overrides", [])) or "-",
                      f"{r['base'].get('invalid_rate', 0):.2f} → {r['warm_start'].get('invalid_rate', 0):.2f}"
                      + (f" → {r['grpo'].get('invalid_rate', 0):.2f}" if "grpo" in r else "")])
     body = (
         f"Base `{args.base}`, warm start `{args.warm_start}` (a `toolgym sft` run), GRPO with LoRA from the warm start "
-        f"for {args.budget_min:g} min (`{args.config or 'configs/learning_grpo.yaml'}`). Greedy episodes on the "
+        f"for a fixed wall-clock budget (`{args.config or 'configs/learning_grpo.yaml'}` with the overrides shown). "
+        "Greedy episodes on the "
         "first held-out tasks; mean env reward per stage; gains are paired over the same tasks (± paired standard "
         "error; ✔ = gain > 2 se). Per-task rewards: `benchmarks/results/learning_tasks.json`.\n\n"
         + markdown_table(["env", "reward", "tasks", "base", "warm start", "GRPO", "base→warm", "warm→GRPO",
-                          "base→GRPO", "GRPO steps", "invalid rate"], rows)
+                          "base→GRPO", "GRPO steps", "overrides", "invalid rate"], rows)
     )
     for name, r in results.items():
         if "retrieval_baselines" in r:
@@ -215,7 +222,7 @@ def report_body(results: dict[str, Any], args: argparse.Namespace) -> str:
             for stage in ("base", "warm_start", "grpo"):
                 if stage in r and "c10" in r[stage]:
                     lines.append([f"policy: {stage}", f"{r[stage]['c10']:.3f}", f"{r[stage]['ndcg5']:.3f}"])
-            body += (f"\n\nDecomposer retrieval on the same {r['eval_tasks']} held-out tasks (BM25, fused top 10):\n\n"
+            body += (f"\n\nDecomposer retrieval, run `{name}`, on the same {r['eval_tasks']} held-out tasks (BM25, fused top 10):\n\n"
                      + markdown_table(["subtasks from", "C@10", "N@5"], lines))
     return body
 
