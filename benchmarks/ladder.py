@@ -52,7 +52,9 @@ def main() -> None:
 
     md = [f"Every rung on the same queries per dataset (a seeded sample of at most {args.limit}); N@5, C@10, C@20 "
           "in %; the dynamic top-K row gives the mean K and C@K of its cut. Rerank and decomposition rungs stack on "
-          "the best first stage present (hybrid); dynamic top-K cuts the clause rung's list (top 20). "
+          "the hybrid first stage (with the fine-tuned encoder when there is one; a reranker run reorders the list of "
+          "the retriever it was trained on); dynamic top-K cuts the clause rung's list (top 20). BM25 uses the default "
+          "text (split identifiers + parameters). "
           f"Trained models: retriever `{retriever or 'none'}`, reranker `{reranker or 'none'}`, "
           f"decomposer `{args.decomposer or 'none'}`. Training never sees an evaluated query (Seal-Tools: `heldout`, "
           "checked disjoint from `train`; every other set is zero-shot).\n"]
