@@ -202,7 +202,7 @@ class ConstrainedToolSearchPolicy:
         self._no_category = self._enc("}}</tool_call>")
         self._stop = self._enc("]}}</tool_call>")
         self._safe, self._closable = self._query_sets(tok)
-        self._mask_cache: dict[int, tuple[tuple[int, ...], torch.Tensor]] = {}
+        self._query_masks: dict[tuple[int, str, int], torch.Tensor] = {}
 
     # -- the wrapped policy's interface -------------------------------------------------------------
     @property
@@ -350,21 +350,27 @@ class ConstrainedToolSearchPolicy:
         else:
             row.query.append(token)
 
-    def _mask(self, allowed: tuple[int, ...], vocab: int, device: torch.device) -> torch.Tensor:
-        hit = self._mask_cache.get(id(allowed))
-        if hit is None or hit[0] is not allowed:
-            mask = torch.zeros(vocab, dtype=torch.bool, device=device)
-            mask[torch.tensor(allowed, dtype=torch.long, device=device)] = True
-            if len(self._mask_cache) > 4096:
-                self._mask_cache = {k: v for k, v in self._mask_cache.items() if v[0] in (self._safe, self._closable)}
-            hit = self._mask_cache[id(allowed)] = (allowed, mask)
-        return hit[1]
+    def _mask(self, sets: list[tuple[int, ...]], logits: torch.Tensor) -> torch.Tensor:
+        """Boolean mask shaped like ``logits``: True on each row's allowed tokens. The two query sets
+        are kept as vocabulary masks per device; a choice's few ids are scattered in per step."""
+        mask = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+        for r, allowed in enumerate(sets):
+            if allowed is self._safe or allowed is self._closable:
+                key = (id(allowed), str(logits.device), logits.shape[-1])
+                if key not in self._query_masks:
+                    full = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+                    full[torch.tensor(allowed, dtype=torch.long, device=logits.device)] = True
+                    self._query_masks[key] = full
+                mask[r] = self._query_masks[key]
+            else:
+                mask[r, torch.tensor(allowed, dtype=torch.long, device=logits.device)] = True
+        return mask
 
     def _sample(self, logits: torch.Tensor, sets: list[tuple[int, ...]]) -> tuple[list[int], list[float]]:
         """Sample (or argmax) each row of ``logits`` restricted to its allowed set; log π_T of the pick."""
         t = self.sampling.temperature
         scaled = logits.float() * (1.0 / t if t and t > 0 else 1.0)
-        mask = torch.stack([self._mask(s, logits.shape[-1], logits.device) for s in sets])
+        mask = self._mask(sets, logits)
         logp = torch.log_softmax(scaled.masked_fill(~mask, float("-inf")), dim=-1)
         if t and t > 0:  # inverse CDF: the first token whose cumulative mass exceeds u (zero-mass tokens never)
             cdf = logp.exp().cumsum(-1)
