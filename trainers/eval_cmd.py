@@ -83,6 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ep.add_argument("--env", help="environment id, e.g. toolgym/ToolSearch-StableToolBench-v0")
     ep.add_argument("--agent", help="scripted agent: raw | oracle | random")
     ep.add_argument("--policy", help="a trained checkpoint folder (or model path) to run in --env")
+    ep.add_argument("--constrained", choices=["toolsearch"], default=None,
+                    help="with --policy: constrained decoding, every turn a valid ToolSearch call (docs/learning.md)")
     ep.add_argument("--group-size", type=positive_int, default=1, help="rollouts per task (for --save-rollouts)")
     ep.add_argument("--save-rollouts", help="write the rollouts JSONL that `toolgym replay` re-scores")
     ep.add_argument("--seed", type=non_negative_int, default=0)
@@ -355,6 +357,8 @@ def run_episodes(args: argparse.Namespace) -> int:
         raise ValueError("--agent and --policy need --env ID (see `toolgym envs`)")
     if bool(args.agent) == bool(args.policy):
         raise ValueError("give exactly one of --agent NAME or --policy CHECKPOINT with --env")
+    if getattr(args, "constrained", None) and not args.policy:
+        raise ValueError("--constrained applies to --policy")
     check_env_id(args.env)
     if args.policy:
         check_policy_path(args.policy)
@@ -382,7 +386,8 @@ def run_episodes(args: argparse.Namespace) -> int:
         from toolgym.trainers.train_cmd import evaluate_policy
 
         env_kwargs = {"dataset": dataset} if dataset else None
-        raw = evaluate_policy(args.policy, args.env, split=args.split, num_tasks=args.limit, env_kwargs=env_kwargs)
+        raw = evaluate_policy(args.policy, args.env, split=args.split, num_tasks=args.limit, env_kwargs=env_kwargs,
+                              constrained=getattr(args, "constrained", None))
         # Same key style as the agent table (percentages for rates).
         names = {"f1": "F1", "match": "Match", "search_recall": "SRecall", "search_turns": "turns"}
         result = {names.get(k, k): (100.0 * v if k in ("f1", "match", "search_recall") else v)
