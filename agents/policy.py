@@ -42,11 +42,21 @@ class SamplingConfig:
 
 @dataclass
 class Generation:
-    """One sampled assistant turn: its text and the exact token ids the model produced."""
+    """One sampled assistant turn: its text and the exact token ids the model produced.
+
+    A constrained policy (:mod:`toolgym.agents.constrained`) also fills, one entry per token:
+    ``loss_mask`` (0 for forced tokens, 1 for sampled ones), ``allowed`` (the token ids the
+    sample was restricted to, ``None`` for an unrestricted or forced token) and ``logprobs``
+    (log π_T of the sampled token under that restriction, ``None`` when forced). ``None`` means
+    an ordinary turn: every token sampled from the full distribution, loss mask 1.
+    """
 
     text: str
     token_ids: list[int]
     finish_reason: str  # "stop" (tool-call end or end-of-turn token) or "length"
+    loss_mask: list[int] | None = None
+    allowed: list[tuple[int, ...] | None] | None = None
+    logprobs: list[float | None] | None = None
 
 
 @runtime_checkable

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from toolgym.retrieval.text import parameter_text, split_identifiers
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -48,10 +50,21 @@ class ToolCorpus:
     ``text(tool)`` is the one document text every retriever indexes, so BM25 and dense
     retrieval always see the same words. The default template is
     ``"{category} | {name}: {description}"`` (StableToolBench uses ``"category | tool | api: ..."``
-    by setting ``name`` to ``"tool | api"``).
+    by setting ``name`` to ``"tool | api"``). Templates may also use ``{id}`` and
+    ``{parameters}`` (``toolgym.retrieval.text.parameter_text``: parameter names and
+    descriptions, capped). ``split_identifiers=True`` cuts compound words of the name and id
+    (``getWeatherForecast`` -> ``get Weather Forecast``) in the text itself, so dense retrieval
+    and rerankers see the parts too; BM25 has its own switch (``build_index(identifiers=...)``).
+    :meth:`with_text` gives the same tools under another text.
     """
 
-    def __init__(self, tools: Iterable[Tool], name: str = "corpus", text_template: str | None = None):
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        name: str = "corpus",
+        text_template: str | None = None,
+        split_identifiers: bool = False,
+    ):
         self.name = name
         self.tools: tuple[Tool, ...] = tuple(tools)
         if not self.tools:
@@ -62,6 +75,7 @@ class ToolCorpus:
                 raise ValueError(f"corpus {name!r}: duplicate tool id {tool.id!r}")
             self._index[tool.id] = i
         self.text_template = text_template or "{category} | {name}: {description}"
+        self.split_identifiers = bool(split_identifiers)
         self.categories: tuple[str, ...] = tuple(sorted({t.category for t in self.tools if t.category}))
         self._hash: str | None = None
 
@@ -92,9 +106,23 @@ class ToolCorpus:
 
     def text(self, tool: Tool) -> str:
         """The document text indexed for ``tool``."""
+        name, tool_id = tool.name, tool.id
+        if self.split_identifiers:
+            name, tool_id = split_identifiers(name), split_identifiers(tool_id)
+        params = parameter_text(tool.parameters) if "{parameters}" in self.text_template else ""
         return self.text_template.format(
-            category=tool.category or "", name=tool.name, description=tool.description, id=tool.id
+            category=tool.category or "", name=name, description=tool.description, id=tool_id, parameters=params
         ).strip(" |")
+
+    def with_text(self, text_template: str | None = None, split_identifiers: bool | None = None) -> "ToolCorpus":
+        """The same tools (and name) under another text template / identifier splitting;
+        ``None`` keeps this corpus's setting."""
+        return ToolCorpus(
+            self.tools,
+            name=self.name,
+            text_template=self.text_template if text_template is None else text_template,
+            split_identifiers=self.split_identifiers if split_identifiers is None else split_identifiers,
+        )
 
     def texts(self) -> list[str]:
         return [self.text(t) for t in self.tools]

@@ -37,12 +37,18 @@ import numpy as np
 from toolgym.retrieval.corpus import ToolCorpus
 from toolgym.retrieval.fusion import fuse_rrf
 from toolgym.retrieval.models import resolve_embedding_model
+from toolgym.retrieval.text import IDENTIFIER_MODES, parameter_text, split_identifiers
 
 METHODS = ("bm25", "dense", "hybrid")
 RRF_C = 60.0
 # Each list fused by hybrid search is this deep (or k, if larger): RRF needs more than the
 # final k from each side, or a tool ranked 11th by both retrievers could never surface.
 HYBRID_DEPTH = 100
+# BM25's document text, chosen on Seal-Tools train and checked on StableToolBench, MetaTool,
+# API-Bank and UltraTool (docs/retrieval.md, benchmarks/tool_text.py): compound words split
+# (toolgym.retrieval.text.IDENTIFIER_MODES) and the parameter names + descriptions appended.
+DEFAULT_IDENTIFIERS = "split"
+DEFAULT_BM25_PARAMETERS = True
 
 
 @dataclass(frozen=True)
@@ -178,12 +184,21 @@ def _model_slug(resolved: str) -> str:
 
 
 class _BM25:
-    """bm25s index plus a sparse (vocab x docs) weight matrix for batched exact scoring."""
+    """bm25s index plus a sparse (vocab x docs) weight matrix for batched exact scoring.
 
-    def __init__(self, texts: list[str], show_progress: bool = False):
+    ``identifiers`` (:data:`IDENTIFIER_MODES`): compound words (``getWeatherForecast``,
+    ``check_flight_status``) are indexed ``"whole"`` (bm25s's own tokens), ``"split"`` into their
+    parts, or ``"both"``; queries go through the same split, so both sides share one vocabulary.
+    """
+
+    def __init__(self, texts: list[str], show_progress: bool = False, identifiers: str = "whole"):
         import bm25s
         import scipy.sparse as sp
 
+        if identifiers not in IDENTIFIER_MODES:
+            raise ValueError(f"identifiers must be one of {IDENTIFIER_MODES}, got {identifiers!r}")
+        self.identifiers = identifiers
+        texts = [self._prepare(t) for t in texts]
         self.stemmer = _english_stemmer()
         tokens = bm25s.tokenize(texts, stopwords="en", stemmer=self.stemmer, show_progress=show_progress)
         self.retriever = bm25s.BM25(method="lucene")
@@ -223,7 +238,7 @@ class _BM25:
         rows, cols = [], []
         column = self._column_of
         for row, query in enumerate(queries):
-            for word in self._split(query.lower()):
+            for word in self._split(self._prepare(query).lower()):
                 col = column.get(word, -2)
                 if col == -2:
                     col = self._column(word)
@@ -234,6 +249,12 @@ class _BM25:
         matrix = sp.csr_matrix((data, (rows, cols)), shape=(len(queries), self.weights.shape[0]))
         matrix.sum_duplicates()  # canonical form: terms summed in column order, whatever the word order
         return matrix
+
+    def _prepare(self, text: str) -> str:
+        """``text`` with its compound words split (or doubled) as ``identifiers`` says."""
+        if self.identifiers == "whole":
+            return text
+        return split_identifiers(text, keep_whole=self.identifiers == "both")
 
     def _column(self, word: str) -> int:
         """Vocabulary column of a lowercased surface word (-1: stopword or unseen stem)."""
@@ -280,6 +301,8 @@ class ToolIndex:
         show_progress: bool = False,
         encode_batch_size: int | None = None,
         encode_threads: int | None = None,
+        identifiers: str = DEFAULT_IDENTIFIERS,
+        parameters: bool = DEFAULT_BM25_PARAMETERS,
     ):
         if method not in METHODS:
             raise ValueError(f"unknown retrieval method {method!r}; choose one of {METHODS}")
@@ -310,7 +333,10 @@ class ToolIndex:
             if tool.category:
                 by_cat.setdefault(tool.category, []).append(i)
         self._category_rows = {c: np.asarray(rows, dtype=np.int64) for c, rows in by_cat.items()}
-        self._bm25 = _BM25(corpus.texts(), show_progress) if method in ("bm25", "hybrid") else None
+        if identifiers not in IDENTIFIER_MODES:
+            raise ValueError(f"identifiers must be one of {IDENTIFIER_MODES}, got {identifiers!r}")
+        self.identifiers, self.parameters = identifiers, bool(parameters)
+        self._bm25 = _BM25(self.bm25_texts(), show_progress, identifiers) if method in ("bm25", "hybrid") else None
         if method in ("dense", "hybrid"):
             self._build_faiss()
 
@@ -358,6 +384,15 @@ class ToolIndex:
                     out[i] = res
                     self._cache_put((queries[i], categories[i], k, version), res)
         return out  # type: ignore[return-value]
+
+    def bm25_texts(self) -> list[str]:
+        """What BM25 indexes: ``corpus.text(tool)``, plus `` | <parameter names: descriptions>``
+        when ``parameters`` is on and the corpus template does not already hold ``{parameters}``."""
+        texts = self.corpus.texts()
+        if not self.parameters or "{parameters}" in self.corpus.text_template:
+            return texts
+        extra = [parameter_text(t.parameters) for t in self.corpus.tools]
+        return [f"{text} | {p}" if p else text for text, p in zip(texts, extra)]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalised embeddings (float32, one row per text) from the dense encoder.
@@ -592,6 +627,8 @@ def build_index(
     show_progress: bool = False,
     encode_batch_size: int | None = None,
     encode_threads: int | None = None,
+    identifiers: str = DEFAULT_IDENTIFIERS,
+    parameters: bool = DEFAULT_BM25_PARAMETERS,
 ) -> ToolIndex:
     """Build a :class:`ToolIndex` over ``corpus``.
 
@@ -603,8 +640,15 @@ def build_index(
     ``encode_batch_size`` / ``encode_threads``: texts per encoder call and torch intra-op
     threads while encoding (``None``: :func:`default_encode_batch_size` /
     :func:`default_encode_threads` for the encoder's device - one thread on a <= 2-core CPU).
+    ``identifiers``: how BM25 tokenises compound words such as ``getWeatherForecast`` -
+    ``"whole"`` (one token, the old behaviour), ``"split"`` (its parts, the default) or ``"both"``
+    (``toolgym.retrieval.text``). ``parameters``: BM25 also indexes each tool's parameter names
+    and descriptions (default on). Both concern BM25 (and hybrid's BM25 half) only; dense search
+    embeds ``corpus.text``. Defaults chosen by measurement, see docs/retrieval.md.
+    ``identifiers="whole", parameters=False`` is the old BM25.
     """
     return ToolIndex(
         corpus, method, model=model, cache_dir=cache_dir, cache_size=cache_size, show_progress=show_progress,
-        encode_batch_size=encode_batch_size, encode_threads=encode_threads,
+        encode_batch_size=encode_batch_size, encode_threads=encode_threads, identifiers=identifiers,
+        parameters=parameters,
     )

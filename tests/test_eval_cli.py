@@ -46,6 +46,8 @@ def test_eval_from_paths_and_dynamic_topk(tmp_path, stb):
     (["eval", "--dataset", "seal_tools", "--k", "0"], "positive"),
     (["eval", "--dataset", "seal_tools", "--topk", "lots"], "--topk"),
     (["eval", "--agent", "raw"], "--env"),
+    (["eval", "--env", "toolgym/ToolSearch-v0", "--agent", "raw", "--constrained", "toolsearch"], "--constrained"),
+    (["eval", "--env", "toolgym/ToolSearch-v0", "--policy", "tiny-llama", "--constrained", "json"], "--constrained"),
 ])
 def test_eval_bad_input_is_one_clear_line(argv, message, capsys):
     assert main(argv) == 2

@@ -70,6 +70,9 @@ def test_fit_reranker_tiny_runs_all_three_stages(seal_slice, tmp_path):
     assert list(summary["stages"]) == ["pointwise", "listwise", "distilled"]
     assert {r["stage"] for r in rows if "loss" in r} == {"pointwise", "listwise", "distilled_r1"}
     assert all(s["steps"] == 2 and "heldout" in s for s in summary["stages"].values())
+    # Every step trained at lr > 0 (the log holds the rate each step used; test_fit_schedule.py
+    # checks the budget-sized schedule itself).
+    assert all(r["lr"] > 0 for r in rows if "loss" in r)
     from toolgym.retrieval.rerank import CrossEncoderReranker
 
     with warnings.catch_warnings():

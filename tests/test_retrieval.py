@@ -24,19 +24,38 @@ def dense(small, cache_dir):
     return build_index(small, "dense", cache_dir=cache_dir)
 
 
-def test_bm25_reproduces_the_seal_tools_anchor(seal, bm25):
-    # Published BM25 on Seal-Tools dev: NDCG@1 ≈ 81, Completeness@10 ≈ 59 (docs/retrieval.md).
-    res = bm25.search_batch([t.query for t in seal.tasks], k=10)
-    n1 = np.mean([ndcg_at_k(r.ids, t.gold, 1) for r, t in zip(res, seal.tasks)]) * 100
-    c10 = np.mean([completeness_at_k(r.ids, t.gold, 10) for r, t in zip(res, seal.tasks)]) * 100
+def _n1_c10(index, tasks):
+    res = index.search_batch([t.query for t in tasks], k=10)
+    n1 = np.mean([ndcg_at_k(r.ids, t.gold, 1) for r, t in zip(res, tasks)]) * 100
+    c10 = np.mean([completeness_at_k(r.ids, t.gold, 10) for r, t in zip(res, tasks)]) * 100
+    return n1, c10
+
+
+def test_bm25_reproduces_the_seal_tools_anchor(seal):
+    # Published BM25 on Seal-Tools dev: NDCG@1 ≈ 81, Completeness@10 ≈ 59 (docs/retrieval.md),
+    # with the old text: identifiers as one token, no parameters.
+    n1, c10 = _n1_c10(build_index(seal.corpus, "bm25", identifiers="whole", parameters=False), seal.tasks)
     assert 79 <= n1 <= 84, n1
     assert 57 <= c10 <= 62, c10
+
+
+def test_default_bm25_text_beats_the_old_one_on_seal_tools_train(bm25):
+    """Split identifiers + parameters (the default) were chosen on Seal-Tools train: C@10 60 -> 77
+    there (benchmarks/tool_text.py); a regression in either would show here."""
+    from toolgym.data import load_dataset
+
+    train = load_dataset("seal_tools", split="train").tasks
+    old = build_index(bm25.corpus, "bm25", identifiers="whole", parameters=False)
+    (_, c10_old), (_, c10_new) = _n1_c10(old, train), _n1_c10(bm25, train)
+    assert (bm25.identifiers, bm25.parameters) == ("split", True)
+    assert c10_new >= c10_old + 10, (c10_old, c10_new)
 
 
 def test_bm25_scores_equal_bm25s_own_retrieve(seal, bm25):
     import bm25s
 
-    queries = [t.query for t in seal.tasks[:20]]
+    # bm25s gets the query text our analysis sees (compound words split, as in the documents).
+    queries = [bm25._bm25._prepare(t.query) for t in seal.tasks[:20]]
     tokens = bm25s.tokenize(queries, stopwords="en", stemmer=bm25._bm25.stemmer, show_progress=False)
     docs, scores = bm25._bm25.retriever.retrieve(tokens, k=5, show_progress=False)
     for res, d, s in zip(bm25.search_batch(queries, k=5), docs, scores):
@@ -57,7 +76,7 @@ def test_bm25_category_filter_is_exact_top_k_within_the_category(seal, bm25):
         res = bm25.search(query, category=category, k=5)
         rows = [i for i, t in enumerate(corpus) if t.category == category]
         full = bm25._bm25.retriever.get_scores(
-            __import__("bm25s").tokenize(query, stopwords="en", stemmer=bm25._bm25.stemmer,
+            __import__("bm25s").tokenize(bm25._bm25._prepare(query), stopwords="en", stemmer=bm25._bm25.stemmer,
                                          return_ids=False, show_progress=False)[0]
         )
         expected = [i for i in sorted(rows, key=lambda i: (-full[i], i)) if full[i] > 0][:5]  # hits only

@@ -37,12 +37,19 @@ class ModelConfig:
             torch dtype name (``bfloat16``, ``float32``, ...); ``None`` keeps the checkpoint's.
         device (`str` or `None`, defaults to `None`):
             ``cpu``, ``cuda``, ``cuda:1``, ...; ``None`` = cuda when available, else cpu.
+        constrained (`str` or `None`, defaults to `None`):
+            ``toolsearch`` wraps the policy in
+            :class:`~toolgym.agents.constrained.ConstrainedToolSearchPolicy` (every turn a valid
+            ToolSearch-v0 Hermes call: forced JSON skeleton, category from the enum, submitted ids
+            from those seen; the trainer scores its samples under the same restriction). Needs
+            ``sampling.top_p = 1`` and ``top_k = 0``. ``None`` = ordinary sampling.
     """
 
     name: str = "smollm2"
     init_from: str | None = None
     dtype: str | None = None
     device: str | None = None
+    constrained: str | None = None
 
 
 @dataclass
@@ -396,6 +403,11 @@ def validate(cfg: Any, check_machine: bool = True) -> None:
     _need(e.num_tasks is None or e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1, or null for all tasks")
     _need(e.batch_size >= 1, "eval.batch_size", e.batch_size, "must be >= 1")
     _need(e.temperature >= 0, "eval.temperature", e.temperature, "must be >= 0 (0 = greedy)")
+    constrained = getattr(cfg.model, "constrained", None)
+    _need(constrained in (None, "toolsearch"), "model.constrained", constrained, "must be toolsearch or null")
+    if constrained:
+        _need(s.top_p == 1.0 and s.top_k == 0, "model.constrained", constrained,
+              "needs sampling.top_p=1.0 and sampling.top_k=0 (the trainer scores the full restricted distribution)")
     r = cfg.rollout
     _need(r.backend in ("local", "ray"), "rollout.backend", r.backend, "must be local or ray")
     _need(r.num_workers >= 1, "rollout.num_workers", r.num_workers, "must be >= 1")

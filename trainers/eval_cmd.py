@@ -3,8 +3,9 @@
 Retriever mode (default) ranks tools for each task's request, optionally split into clauses
 (``--decompose clauses``), reranked (``--rerank``) and cut to a fixed or dynamic top-K, and
 reports NDCG@k / Recall@k / Completeness@k overall and per group (StableToolBench's G1..G3).
-Agent mode (``--env ID --agent NAME``) and policy mode (``--policy CHECKPOINT``) run whole
-episodes and report selection F1/P/R/Match, SRecall and turns; with ``--tasks``/``--corpus``
+Ladder mode (``--ladder --dataset X``) prints every rung of the retrieval ladder
+(``toolgym.trainers.ladder``). Agent mode (``--env ID --agent NAME``) and policy mode
+(``--policy CHECKPOINT``) run whole episodes and report selection F1/P/R/Match, SRecall and turns; with ``--tasks``/``--corpus``
 they run on the user's own data (registered as a dataset the env is built on).
 """
 from __future__ import annotations
@@ -57,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ret = parser.add_argument_group("retriever mode")
     ret.add_argument("--retriever", default="bm25", choices=["bm25", "dense", "hybrid"])
     ret.add_argument("--model", default=None, help="embedding model path or id (default: packaged MiniLM)")
+    ret.add_argument("--identifiers", default="split", choices=["whole", "split", "both"],
+                     help="BM25: compound words (getWeatherForecast) as one token, split into parts (default), or both")
+    ret.add_argument("--bm25-parameters", default=True, action=argparse.BooleanOptionalAction,
+                     help="BM25 also indexes parameter names and descriptions (default on; --no-bm25-parameters: "
+                          "with --identifiers whole, the old BM25)")
     ret.add_argument("--rerank", nargs="?", const="minilm", default=None, metavar="MODEL",
                      help="rerank the top candidates with a CrossEncoder (path; default: MiniLM body, untrained head)")
     ret.add_argument("--decompose", default="none", choices=["none", "clauses"],
@@ -65,10 +71,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ret.add_argument("--candidates", type=positive_int, default=20,
                      help="list depth that --rerank reorders and --topk dynamic cuts (the paper's avg K is 8-12)")
     ret.add_argument("--k", default="1,3,5,10", help="comma-separated cutoffs for N@k, R@k, C@k")
+    lad = parser.add_argument_group("ladder mode (--ladder)")
+    lad.add_argument("--ladder", action="store_true",
+                     help="print the retrieval ladder of --dataset (every rung on the same queries; "
+                          "--limit: a seeded sample, default 300)")
+    lad.add_argument("--retriever-model", metavar="DIR", help="fine-tuned bi-encoder (toolgym fit-retriever's model folder)")
+    lad.add_argument("--reranker-model", metavar="DIR",
+                     help="toolgym fit-reranker run folder (one rung per stage) or one CrossEncoder folder")
+    lad.add_argument("--decomposer", metavar="DIR", help="trained decomposition policy (checkpoint or model folder)")
     ep = parser.add_argument_group("agent / policy mode")
     ep.add_argument("--env", help="environment id, e.g. toolgym/ToolSearch-StableToolBench-v0")
     ep.add_argument("--agent", help="scripted agent: raw | oracle | random")
     ep.add_argument("--policy", help="a trained checkpoint folder (or model path) to run in --env")
+    ep.add_argument("--constrained", choices=["toolsearch"], default=None,
+                    help="with --policy: constrained decoding, every turn a valid ToolSearch call (docs/learning.md)")
     ep.add_argument("--group-size", type=positive_int, default=1, help="rollouts per task (for --save-rollouts)")
     ep.add_argument("--save-rollouts", help="write the rollouts JSONL that `toolgym replay` re-scores")
     ep.add_argument("--seed", type=non_negative_int, default=0)
@@ -280,6 +296,11 @@ def run(args: argparse.Namespace) -> int:
     # Outputs are checked first: a misplaced path must not cost a whole evaluation.
     check_output_file(args.json, "--json")
     check_output_file(args.save_rollouts, "--save-rollouts")
+    if args.ladder:
+        return run_ladder_command(args)
+    for flag in ("retriever_model", "reranker_model", "decomposer"):
+        if getattr(args, flag):
+            raise ValueError(f"--{flag.replace('_', '-')} belongs to --ladder")
     if args.env is not None or args.agent or args.policy:
         return run_episodes(args)
     if args.save_rollouts:
@@ -288,7 +309,8 @@ def run(args: argparse.Namespace) -> int:
     ks = parse_ks(args.k)
     from toolgym.retrieval import build_index
 
-    index = build_index(corpus, args.retriever, model=args.model, show_progress=True)
+    index = build_index(corpus, args.retriever, model=args.model, show_progress=True, identifiers=args.identifiers,
+                        parameters=args.bm25_parameters)
     reranker = None
     if args.rerank:
         from toolgym.retrieval.rerank import CrossEncoderReranker
@@ -296,11 +318,34 @@ def run(args: argparse.Namespace) -> int:
         reranker = CrossEncoderReranker(None if args.rerank == "minilm" else args.rerank, corpus=corpus)
     result = evaluate_retrieval(index, tasks, ks, topk=args.topk, decompose=args.decompose, reranker=reranker,
                                 candidates=args.candidates)
-    result["config"] = {"dataset": name, "retriever": args.retriever, "rerank": args.rerank,
+    result["config"] = {"dataset": name, "retriever": args.retriever, "identifiers": args.identifiers,
+                        "bm25_parameters": args.bm25_parameters, "rerank": args.rerank,
                         "decompose": args.decompose, "topk": args.topk, "k": ks}
     keys = [f"{m}@{k}" for m in ("N", "R", "C") for k in ks] + ["K", "C@K"]
     print_table(f"{name}: {args.retriever}" + (" + rerank" if args.rerank else "")
                 + (" + clauses" if args.decompose != "none" else "") + f", top-K={args.topk}", result, keys)
+    if args.json:
+        write_json_output(args.json, result)
+    return 0
+
+
+def run_ladder_command(args: argparse.Namespace) -> int:
+    """``--ladder``: every rung of the retrieval ladder on one dataset (``toolgym.trainers.ladder``)."""
+    from toolgym.trainers.ladder import DEFAULT_LIMIT, load_ladder_data, ladder_names, print_ladder, run_ladder
+
+    if args.env is not None or args.agent or args.policy or args.tasks or args.corpus or args.split:
+        raise ValueError("--ladder takes --dataset (the ladder fixes each dataset's evaluation split), "
+                         "not --env/--agent/--policy/--tasks/--corpus/--split")
+    if not args.dataset:
+        raise ValueError(f"--ladder needs --dataset, one of {', '.join(ladder_names())}")
+    for flag in ("retriever_model", "reranker_model", "decomposer"):
+        path = getattr(args, flag)
+        if path and not Path(path).exists():
+            raise FileNotFoundError(f"--{flag.replace('_', '-')} {path}: no such folder")
+    data = load_ladder_data(args.dataset, args.limit or DEFAULT_LIMIT, args.seed)
+    result = run_ladder(data, retriever_model=args.retriever_model, reranker_model=args.reranker_model,
+                        decomposer=args.decomposer, depth=args.candidates, log=lambda m: print(m, file=sys.stderr, flush=True))
+    print_ladder(result)
     if args.json:
         write_json_output(args.json, result)
     return 0
@@ -312,6 +357,8 @@ def run_episodes(args: argparse.Namespace) -> int:
         raise ValueError("--agent and --policy need --env ID (see `toolgym envs`)")
     if bool(args.agent) == bool(args.policy):
         raise ValueError("give exactly one of --agent NAME or --policy CHECKPOINT with --env")
+    if getattr(args, "constrained", None) and not args.policy:
+        raise ValueError("--constrained applies to --policy")
     check_env_id(args.env)
     if args.policy:
         check_policy_path(args.policy)
@@ -339,7 +386,8 @@ def run_episodes(args: argparse.Namespace) -> int:
         from toolgym.trainers.train_cmd import evaluate_policy
 
         env_kwargs = {"dataset": dataset} if dataset else None
-        raw = evaluate_policy(args.policy, args.env, split=args.split, num_tasks=args.limit, env_kwargs=env_kwargs)
+        raw = evaluate_policy(args.policy, args.env, split=args.split, num_tasks=args.limit, env_kwargs=env_kwargs,
+                              constrained=getattr(args, "constrained", None))
         # Same key style as the agent table (percentages for rates).
         names = {"f1": "F1", "match": "Match", "search_recall": "SRecall", "search_turns": "turns"}
         result = {names.get(k, k): (100.0 * v if k in ("f1", "match", "search_recall") else v)

@@ -264,16 +264,22 @@ def evaluate_policy(policy_or_checkpoint: Any, env_id: str = "toolgym/ToolSearch
                     split: str | None = "heldout", num_tasks: int | None = 20, env_kwargs: dict[str, Any] | None = None,
                     batch_size: int = 8, temperature: float = 0.0, max_new_tokens: int | None = None,
                     max_context_tokens: int = 4096, reset_options: dict[str, Any] | None = None,
-                    progress: bool = True) -> dict[str, Any]:
+                    progress: bool = True, constrained: str | None = None) -> dict[str, Any]:
     """:func:`evaluate` of a policy: one episode per task, greedy unless ``temperature`` > 0.
 
     ``policy_or_checkpoint``: a :class:`ChatPolicy`, a model name/path, or a ``toolgym train``
     checkpoint or run folder (see :func:`load_policy`). ``tasks``: ids or indices; else the first
     ``num_tasks`` (``None`` = all) of the env built with ``split``. Besides :func:`evaluate`'s keys
     the result has ``env_id``, ``split``, ``num_tasks`` and ``invalid_rate`` (a fraction; kept for
-    older readers).
+    older readers). ``constrained="toolsearch"`` decodes with
+    :class:`~toolgym.agents.constrained.ConstrainedToolSearchPolicy` (a checkpoint trained with
+    ``model.constrained`` already does).
     """
+    from toolgym.agents.constrained import ConstrainedToolSearchPolicy, constrain_policy
+
     policy = load_policy(policy_or_checkpoint)
+    if not isinstance(policy, ConstrainedToolSearchPolicy):
+        policy = constrain_policy(policy, constrained)
     kwargs = dict(env_kwargs or {})
     if split is not None:
         kwargs.setdefault("split", split)
@@ -357,15 +363,19 @@ def pick_device(requested: str | None) -> str:
 
 
 def build_policy(model_cfg: Mapping[str, Any], sampling: Any) -> Any:
-    """An :class:`HFChatPolicy` from a ``model`` config section (``init_from`` wins over ``name``)."""
+    """An :class:`HFChatPolicy` from a ``model`` config section (``init_from`` wins over ``name``),
+    wrapped in :class:`~toolgym.agents.constrained.ConstrainedToolSearchPolicy` when
+    ``model.constrained`` is set."""
     from types import SimpleNamespace
 
+    from toolgym.agents.constrained import constrain_policy
     from toolgym.agents.hf_policy import HFChatPolicy
     from toolgym.trainers.config import model_source
 
-    model = SimpleNamespace(**{"init_from": None, "dtype": None, "device": None, **dict(model_cfg)})
-    return HFChatPolicy.from_pretrained(model_source(model), sampling=sampling, dtype=model.dtype,
-                                        device=pick_device(model.device))
+    model = SimpleNamespace(**{"init_from": None, "dtype": None, "device": None, "constrained": None, **dict(model_cfg)})
+    policy = HFChatPolicy.from_pretrained(model_source(model), sampling=sampling, dtype=model.dtype,
+                                          device=pick_device(model.device))
+    return constrain_policy(policy, model.constrained)
 
 
 def load_policy(policy_or_checkpoint: Any, sampling: Any = None, device: str | None = None) -> Any:

@@ -111,25 +111,78 @@ def set_seed(seed: int) -> None:
 
 
 def optimizer_step(loss: Any, model: Any, optimizer: Any, scheduler: Any, log: "MetricsLog", stage: str, step: int) -> float:
-    """Backward, clip the gradient norm at 1, step optimiser and schedule, log ``{stage, step, loss, lr}``;
-    returns the loss value. The one update of every ``toolgym fit-*`` loop."""
+    """Backward, clip the gradient norm at 1, step optimiser and schedule, log ``{stage, step, loss, lr}``
+    (``lr``: the rate this step used); returns the loss value. The one update of every ``toolgym fit-*`` loop."""
     import torch
 
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    lr = float(optimizer.param_groups[0]["lr"])
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad()
     value = float(loss.item())
-    log.write({"stage": stage, "step": step, "loss": value, "lr": scheduler.get_last_lr()[0]})
+    log.write({"stage": stage, "step": step, "loss": value, "lr": lr})
     return value
 
 
-def linear_warmup(optimizer: Any, warmup_steps: int, total_steps: int) -> Any:
-    """transformers' linear warm-up then linear decay schedule."""
-    from transformers import get_linear_schedule_with_warmup
+def warmup_decay_factor(step: int, warmup: int, total: int) -> float:
+    """Learning-rate multiplier of optimiser step ``step`` (0-based) of ``total``, never 0:
 
-    return get_linear_schedule_with_warmup(optimizer, max(warmup_steps, 0), max(total_steps, 1))
+        f(s) = (s + 1) / (w + 1)            for s < w   (warm-up; the first step already moves)
+        f(s) = max(T - s, 1) / (T - w)      for s >= w  (linear decay; the last step keeps 1 / (T - w))
+
+    with w = min(``warmup``, T - 1), T = max(``total``, 1). transformers'
+    ``get_linear_schedule_with_warmup`` (used before) is s / w and (T - s) / (T - w): its step 0
+    trains at lr 0, and a warm-up sized to steps a budget never reaches keeps every step near 0.
+    """
+    total = max(int(total), 1)
+    warmup = min(max(int(warmup), 0), total - 1)
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    return max(total - step, 1) / (total - warmup)
+
+
+class BudgetedWarmupDecay:
+    """Linear warm-up and decay sized to the steps that fit: min(planned steps, budget estimate).
+
+    With no budget (or before ``estimate_after`` steps are timed) the schedule spans the
+    ``planned`` steps; after that, each step re-estimates how many steps the budget allows from
+    the mean time per step so far, so a run the budget cuts short still warms up (warm-up =
+    ``warmup_ratio`` of the estimate) and decays within the steps it gets, instead of spending
+    them at lr ~0 under a warm-up sized for steps it will never reach. Call it with the number of
+    optimiser steps taken (``torch.optim.lr_scheduler.LambdaLR`` does). ``clock``: for tests.
+    """
+
+    def __init__(self, planned: int, warmup_ratio: float, budget: "Budget | None" = None, estimate_after: int = 1,
+                 clock: Any = None):
+        self.planned = max(int(planned), 1)
+        self.warmup_ratio = float(warmup_ratio)
+        self.budget = budget
+        self.estimate_after = max(int(estimate_after), 1)
+        self.clock = clock or time.monotonic
+        self.start = self.clock()
+        self.total = self.planned
+
+    def steps_that_fit(self, done: int) -> int:
+        """Planned steps, or fewer when the budget (at the measured pace) ends the run first."""
+        budget = self.budget
+        if budget is None or budget.seconds <= 0 or done < self.estimate_after:
+            return self.planned
+        per_step = max(self.clock() - self.start, 1e-9) / done
+        left = max(budget.seconds - budget.elapsed(), 0.0)
+        return max(1, min(self.planned, done + int(left / per_step)))
+
+    def __call__(self, done: int) -> float:
+        self.total = self.steps_that_fit(done)
+        return warmup_decay_factor(done, round(self.warmup_ratio * self.total), self.total)
+
+
+def budgeted_schedule(optimizer: Any, planned_steps: int, warmup_ratio: float, budget: "Budget | None") -> Any:
+    """A ``LambdaLR`` over :class:`BudgetedWarmupDecay`: the schedule of every ``toolgym fit-*`` loop."""
+    from torch.optim.lr_scheduler import LambdaLR
+
+    return LambdaLR(optimizer, BudgetedWarmupDecay(planned_steps, warmup_ratio, budget))
 
 
 DATA_DEFAULTS: dict[str, Any] = {

@@ -33,7 +33,7 @@ from toolgym.trainers.fit_common import (
     optimizer_step,
     add_config_arguments,
     config_from_args,
-    linear_warmup,
+    budgeted_schedule,
     load_train_eval,
     plot_fit_curves,
     set_seed,
@@ -130,7 +130,7 @@ def fit_preference(cfg: Any) -> dict[str, Any]:
     if int(cfg.max_steps) > 0:
         batches = batches[: int(cfg.max_steps)]
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(cfg.lr))
-    scheduler = linear_warmup(optimizer, int(float(cfg.warmup_ratio) * len(batches)), len(batches))
+    scheduler = budgeted_schedule(optimizer, len(batches), float(cfg.warmup_ratio), budget)
     model.train()
     step, window = 0, []
     bar = tqdm(batches, desc="fit-preference", disable=not cfg.progress)

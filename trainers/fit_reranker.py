@@ -38,7 +38,7 @@ from toolgym.trainers.fit_common import (
     optimizer_step,
     add_config_arguments,
     config_from_args,
-    linear_warmup,
+    budgeted_schedule,
     load_train_eval,
     plot_fit_curves,
     set_seed,
@@ -125,7 +125,7 @@ def train_stage(
     if not batches:
         return step0
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(cfg.lr))
-    scheduler = linear_warmup(optimizer, int(float(cfg.warmup_ratio) * len(batches)), len(batches))
+    scheduler = budgeted_schedule(optimizer, len(batches), float(cfg.warmup_ratio), budget)
     model.train()
     step = step0
     bar = tqdm(batches, desc=f"fit-reranker {stage}", disable=not cfg.progress)

@@ -12,6 +12,9 @@ Log-probs are computed only at response positions: the decoder runs once, the LM
 the hidden states of masked-in positions in chunks. All three (old, new, reference) are taken
 under the sampling temperature, ``log softmax(logits / T)`` as verl does, so the ratio compares
 the distribution the tokens were drawn from; top-p / top-k truncation is not applied to them.
+A constrained policy's samples (:mod:`toolgym.agents.constrained`) carry their allowed token sets
+(``TokenBatch.allowed``): at those positions the logits outside the set are −inf before the
+log-softmax, the restricted distribution they were drawn from; forced tokens have loss mask 0.
 With a LoRA-wrapped model (:func:`toolgym.agents.hf_policy.apply_lora`) the reference is the same
 model with the adapter disabled; without LoRA a frozen copy is kept.
 """
@@ -21,7 +24,7 @@ import copy
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -34,7 +37,11 @@ __all__ = ["GRPOConfig", "GRPOTrainer", "TokenBatch", "clipped_surrogate", "grpo
 
 @dataclass
 class TokenBatch:
-    """Sequences to train on: ids, loss masks and per-token advantages (same lengths)."""
+    """Sequences to train on: ids, loss masks and per-token advantages (same lengths).
+
+    ``allowed`` (constrained rollouts only): per sequence, position -> the token ids its sample was
+    restricted to; those positions are scored under that restriction (:func:`response_logprobs`).
+    """
 
     token_ids: list[list[int]]
     loss_mask: list[list[int]]
@@ -42,6 +49,7 @@ class TokenBatch:
     old_logprobs: list[torch.Tensor] | None = None  # per sequence, one value per masked position
     ref_logprobs: list[torch.Tensor] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    allowed: list[dict[int, Sequence[int]] | None] | None = None
 
     def __post_init__(self) -> None:
         for i, (ids, m, a) in enumerate(zip(self.token_ids, self.loss_mask, self.advantages)):
@@ -49,6 +57,21 @@ class TokenBatch:
                 raise ValueError(f"sequence {i}: token_ids {len(ids)}, loss_mask {len(m)}, advantages {len(a)} differ")
             if m and m[0]:
                 raise ValueError(f"sequence {i}: the first token cannot be a policy token (nothing predicts it)")
+        if self.allowed is not None and len(self.allowed) != len(self.token_ids):
+            raise ValueError(f"{len(self.token_ids)} sequences but {len(self.allowed)} allowed-set maps")
+        as_sets: dict[int, frozenset[int]] = {}  # restricted sets are shared objects: one lookup table each
+        for i, restricted in enumerate(self.allowed or ()):
+            for p, ids in (restricted or {}).items():
+                if not (0 < p < len(self.loss_mask[i]) and self.loss_mask[i][p]):
+                    raise ValueError(f"sequence {i}: an allowed set at position {p}, which is not a policy token")
+                if id(ids) not in as_sets:
+                    as_sets[id(ids)] = frozenset(ids)
+                if self.token_ids[i][p] not in as_sets[id(ids)]:
+                    raise ValueError(f"sequence {i}: token {self.token_ids[i][p]} at position {p} is outside its allowed set")
+
+    def allowed_of(self, indices: Sequence[int]) -> list[dict[int, Sequence[int]] | None] | None:
+        """The allowed-set maps of sequences ``indices`` (``None`` when no sequence is constrained)."""
+        return [self.allowed[i] for i in indices] if self.allowed is not None else None
 
 
 def token_advantages(num_tokens: int, turn_spans: Sequence[tuple[int, int]], turn_advantage: Sequence[float]) -> np.ndarray:
@@ -106,13 +129,18 @@ def _decoder_and_head(model: Any) -> tuple[Any, Any]:
 
 
 def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
-                      chunk: int = 1024, temperature: float = 1.0, autocast_bf16: bool = False) -> list[torch.Tensor]:
+                      chunk: int = 1024, temperature: float = 1.0,
+                      allowed: Sequence[Mapping[int, Sequence[int]] | None] | None = None,
+                      autocast_bf16: bool = False) -> list[torch.Tensor]:
     """log π_T(token_p | tokens_<p) = log softmax(logits_p / T)[token_p] at every position ``p`` with mask 1.
 
     ``T`` is the sampling temperature (``<= 0``, greedy, counts as 1). One decoder pass over the
     right-padded batch; the LM head and log-softmax run only on the hidden states that predict
     masked-in tokens, ``chunk`` positions at a time, in float32 (also with ``autocast_bf16``,
-    which runs only the decoder under bfloat16 autocast).
+    which runs only the decoder under bfloat16 autocast). ``allowed[i]`` (constrained
+    sampling) maps positions of sequence ``i`` to the token ids its sample was restricted to; there
+    the restricted distribution is scored: ``log softmax(logits_p / T + M)[token_p]`` with
+    ``M = 0`` on the allowed ids and ``−inf`` elsewhere. Other positions are unchanged.
     """
     scale = 1.0 / temperature if temperature and temperature > 0 else 1.0
     device = next(model.parameters()).device
@@ -127,23 +155,45 @@ def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Seq
         hidden = decoder(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state
     hidden = hidden.float()
     rows, cols, targets, counts = [], [], [], []
+    sets: list[Sequence[int] | None] = []
     for i, (s, m) in enumerate(zip(sequences, masks)):
         pos = [p for p in range(1, len(s)) if m[p]]
         rows += [i] * len(pos)
         cols += [p - 1 for p in pos]  # the hidden state at p-1 predicts token p
         targets += [s[p] for p in pos]
         counts.append(len(pos))
+        restricted = allowed[i] if allowed is not None else None
+        sets += [restricted.get(p) for p in pos] if restricted else [None] * len(pos)
     if not rows:
         return [hidden.new_zeros(0) for _ in sequences]
     picked = hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]
     tgt = torch.tensor(targets, device=device)
     out = []
+    masks_by_set: dict[int, torch.Tensor] = {}  # one vocabulary mask per distinct allowed set
     for start in range(0, len(rows), chunk):
         with torch.autocast(device.type, enabled=False):
             logits = head(picked[start:start + chunk]).float() * scale
+        here = [(j, a) for j, a in enumerate(sets[start:start + chunk]) if a is not None]
+        if here:
+            logits = logits.masked_fill(_outside(here, logits, masks_by_set), float("-inf"))
         out.append(torch.log_softmax(logits, dim=-1).gather(-1, tgt[start:start + chunk, None]).squeeze(-1))
     flat = torch.cat(out)
     return list(torch.split(flat, counts))
+
+
+def _outside(restricted: Sequence[tuple[int, Sequence[int]]], logits: torch.Tensor,
+             cache: dict[int, torch.Tensor]) -> torch.Tensor:
+    """Boolean mask shaped like ``logits``: True where row ``j``'s logit lies outside its allowed set
+    (rows not listed: all False). ``cache`` keeps one mask per distinct set object of the call."""
+    out = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+    for j, ids in restricted:
+        key = id(ids)
+        if key not in cache:
+            outside = torch.ones(logits.shape[-1], dtype=torch.bool, device=logits.device)
+            outside[torch.as_tensor(list(ids), dtype=torch.long, device=logits.device)] = False
+            cache[key] = outside
+        out[j] = cache[key]
+    return out
 
 
 class GRPOTrainer:
@@ -185,8 +235,10 @@ class GRPOTrainer:
         for start in range(0, len(idx), step):
             yield list(idx[start:start + step])
 
-    def _logprobs(self, model: Any, seqs: Sequence[Sequence[int]], masks: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-        return response_logprobs(model, seqs, masks, self.config.logprob_chunk, self.temperature, self.config.autocast_bf16)
+    def _logprobs(self, model: Any, seqs: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
+                  allowed: Sequence[Any] | None = None) -> list[torch.Tensor]:
+        return response_logprobs(model, seqs, masks, self.config.logprob_chunk, self.temperature, allowed,
+                                 self.config.autocast_bf16)
 
     def is_on_policy(self, batch: TokenBatch) -> bool:
         """One optimiser step on fresh rollouts: the old log-probs are the current ones."""
@@ -206,12 +258,13 @@ class GRPOTrainer:
         for mb in self._micro_batches(range(n)):
             seqs = [batch.token_ids[i] for i in mb]
             masks = [batch.loss_mask[i] for i in mb]
+            allowed = batch.allowed_of(mb)
             if old:
-                for i, lp in zip(mb, self._logprobs(self.model, seqs, masks)):
+                for i, lp in zip(mb, self._logprobs(self.model, seqs, masks, allowed)):
                     old_lp[i] = lp.detach()
             if cfg.kl_coef > 0:
                 with self._reference() as ref_model:
-                    for i, lp in zip(mb, self._logprobs(ref_model, seqs, masks)):
+                    for i, lp in zip(mb, self._logprobs(ref_model, seqs, masks, allowed)):
                         ref[i] = lp.detach()
         self.model.train(was_training)
         if old:
@@ -248,7 +301,7 @@ class GRPOTrainer:
                 for mb in self._micro_batches(members):
                     seqs = [batch.token_ids[i] for i in mb]
                     masks = [batch.loss_mask[i] for i in mb]
-                    logp = torch.cat(self._logprobs(self.model, seqs, masks))
+                    logp = torch.cat(self._logprobs(self.model, seqs, masks, batch.allowed_of(mb)))
                     if logp.numel() == 0:
                         continue
                     device = logp.device

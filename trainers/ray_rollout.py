@@ -333,9 +333,11 @@ class RayRollout:
 
 
 def _worker_policy(model_cfg: dict[str, Any], sampling: dict[str, Any], device: str) -> Any:
+    from toolgym.agents.constrained import constrain_policy
     from toolgym.agents.hf_policy import HFChatPolicy
 
-    return HFChatPolicy.from_pretrained(model_cfg["name"], sampling=sampling, dtype=model_cfg.get("dtype"), device=device)
+    policy = HFChatPolicy.from_pretrained(model_cfg["name"], sampling=sampling, dtype=model_cfg.get("dtype"), device=device)
+    return constrain_policy(policy, model_cfg.get("constrained"))
 
 
 def from_train_config(plain: dict[str, Any], env_kwargs: dict[str, Any]) -> RayRollout:

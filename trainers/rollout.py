@@ -6,6 +6,11 @@ re-tokenised: prompt ids (chat template, tokenised once), then per turn the ids 
 sampled (loss mask 1) followed by the environment's turn — template glue + tool text, tokenised
 once per turn (loss mask 0). ``turn_spans[t]`` is the ``[start, end)`` range of the policy's
 tokens in turn ``t``, so a turn's advantage lands exactly on the tokens it produced.
+
+A constrained policy (``policy.needs_episode``, :mod:`toolgym.agents.constrained`) is also given
+what each episode showed (:class:`~toolgym.agents.constrained.EpisodeView`: the messages and the
+reset ``info["tool_schemas"]``); its forced tokens get loss mask 0, and the allowed set of each
+restricted sample is kept in ``Rollout.allowed`` (position -> token ids) for the trainer.
 """
 from __future__ import annotations
 
@@ -27,6 +32,10 @@ class Rollout:
     generated_tokens: int
     finish_reasons: list[str] = field(default_factory=list)
     prompt_tokens: int = 0
+    # Constrained policies only: position -> the token ids that sample was restricted to, and
+    # position -> log π_T of the sampled token under that restriction (as sampled).
+    allowed: dict[int, tuple[int, ...]] | None = None
+    sampling_logprobs: dict[int, float] | None = None
 
 
 @dataclass(eq=False)
@@ -45,6 +54,10 @@ class _Slot:
     task_id: str = ""
     last_info: dict[str, Any] = field(default_factory=dict)
     events: list[Any] = field(default_factory=list)  # info["event"] of every step, for envs without a record
+    tool_schemas: Any = None
+    protocol: str = "hermes"
+    allowed: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    sampling_logprobs: dict[int, float] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -98,9 +111,12 @@ def collect_rollouts(policy: ChatPolicy, envs: Sequence[gym.Env], task_refs: Seq
         slot.loss_mask = [0] * len(slot.token_ids)
         slot.prompt_tokens = len(slot.token_ids)
         slot.last_info = info
+        slot.tool_schemas = info.get("tool_schemas", ())  # an env without schemas is no ToolSearch env
+        slot.protocol = str(info.get("protocol", "hermes"))
         slots.append(slot)
 
     max_new = int(policy.sampling.max_new_tokens)
+    constrained = bool(getattr(policy, "needs_episode", False))
     if slots and all(s.prompt_tokens + max_new > max_context_tokens for s in slots):
         shortest = min(s.prompt_tokens for s in slots)
         raise ValueError(f"max_context_tokens={max_context_tokens} leaves no room for a first turn: the shortest prompt "
@@ -117,11 +133,23 @@ def collect_rollouts(policy: ChatPolicy, envs: Sequence[gym.Env], task_refs: Seq
                 s.trajectory = _cut_trajectory(s, "context")
         if not room:
             break
-        gens = policy.generate_batch([s.token_ids for s in room])
+        if constrained:
+            from toolgym.agents.constrained import EpisodeView
+
+            gens = policy.generate_batch([s.token_ids for s in room],
+                                         episodes=[EpisodeView(s.messages, s.tool_schemas, s.protocol) for s in room])
+        else:
+            gens = policy.generate_batch([s.token_ids for s in room])
         for slot, gen in zip(room, gens):
             start = len(slot.token_ids)
             slot.token_ids.extend(gen.token_ids)
-            slot.loss_mask.extend([1] * len(gen.token_ids))
+            slot.loss_mask.extend(gen.loss_mask if gen.loss_mask is not None else [1] * len(gen.token_ids))
+            for j, allowed in enumerate(gen.allowed or ()):
+                if allowed is not None:
+                    slot.allowed[start + j] = allowed
+            for j, logprob in enumerate(gen.logprobs or ()):
+                if logprob is not None:
+                    slot.sampling_logprobs[start + j] = float(logprob)
             slot.turn_spans.append((start, len(slot.token_ids)))
             slot.finish_reasons.append(gen.finish_reason)
             obs, reward, terminated, truncated, info = slot.env.step(gen.text)
@@ -148,7 +176,9 @@ def collect_rollouts(policy: ChatPolicy, envs: Sequence[gym.Env], task_refs: Seq
         traj.token_ids = list(s.token_ids)
         traj.loss_mask = list(s.loss_mask)
         traj.turn_spans = [tuple(span) for span in s.turn_spans]
-        out.append(Rollout(traj, s.env_return, sum(s.loss_mask), s.finish_reasons, s.prompt_tokens))
+        out.append(Rollout(traj, s.env_return, sum(s.loss_mask), s.finish_reasons, s.prompt_tokens,
+                           allowed=dict(s.allowed) if constrained else None,
+                           sampling_logprobs=dict(s.sampling_logprobs) if constrained else None))
     return out
 
 

@@ -256,7 +256,7 @@ def credit_batch(groups: Sequence[Sequence[Any]], tasks: Sequence[Any], reward: 
     and credit statistics (rewards, reward components, |advantage| per rollout, all-zero groups)."""
     from toolgym.trainers.grpo import TokenBatch, trajectory_token_advantages
 
-    seqs, masks, advs = [], [], []
+    seqs, masks, advs, allowed = [], [], [], []
     stats: dict[str, Any] = {"rewards": [], "adv_abs": [], "zero_groups": 0, "components": {}}
     for task, group in zip(tasks, groups):
         trajs = [r.trajectory for r in group]
@@ -267,7 +267,7 @@ def credit_batch(groups: Sequence[Sequence[Any]], tasks: Sequence[Any], reward: 
                 stats["components"].setdefault(k, []).append(float(v))
         group_adv = [trajectory_token_advantages(traj, credit, i) for i, traj in enumerate(trajs)]
         stats["zero_groups"] += all(not np.any(a) for a in group_adv)
-        for traj, adv in zip(trajs, group_adv):
+        for rollout, traj, adv in zip(group, trajs, group_adv):
             mask = np.asarray(traj.loss_mask)
             if mask.any():
                 stats["adv_abs"].append(float(np.abs(adv[mask == 1]).mean()))
@@ -276,8 +276,10 @@ def credit_batch(groups: Sequence[Sequence[Any]], tasks: Sequence[Any], reward: 
             seqs.append(traj.token_ids)
             masks.append(traj.loss_mask)
             advs.append(adv)
+            allowed.append(getattr(rollout, "allowed", None))
     stats["trained_sequences"] = len(seqs)
-    return TokenBatch(seqs, masks, advs), stats
+    # constrained rollouts carry their samples' allowed sets; unconstrained batches stay as before
+    return TokenBatch(seqs, masks, advs, allowed=allowed if any(a for a in allowed) else None), stats
 
 
 def _mean(values: Sequence[float]) -> float:
