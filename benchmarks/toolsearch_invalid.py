@@ -1,21 +1,57 @@
-"""Held-out ToolSearch-v0 (max_turns 4), the warm start greedy: plain vs constrained decoding, same tasks."""
-import json, sys, time
+"""Invalid-action rate of a ToolSearch policy, plain vs constrained decoding, on the same held-out tasks.
+
+Greedy episodes of ``toolgym/ToolSearch-v0`` (``max_turns: 4``, the setting of the demonstrations)
+on the first N held-out tasks, once with the policy as it is and once wrapped in
+:class:`toolgym.agents.constrained.ConstrainedToolSearchPolicy`; per-task rows and the means go to
+OUT/plain.json and OUT/constrained.json (a finished file is not recomputed). Not run in CI.
+
+    python benchmarks/toolsearch_invalid.py --policy runs/sft_warmstart/model --tasks 30 --out runs/toolsearch_invalid
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
 from pathlib import Path
-from toolgym.trainers.evaluate import load_policy
-from toolgym.trainers.paired_eval import evaluate_per_task
-from toolgym.agents.constrained import ConstrainedToolSearchPolicy
-n = int(sys.argv[1]); model = sys.argv[2]; out = Path(sys.argv[3]); out.mkdir(parents=True, exist_ok=True)
-sampling = {"max_new_tokens": 96, "stop_strings": ["</tool_call>"], "temperature": 0.0}
-for name in ("plain", "constrained"):
-    path = out / f"{name}.json"
-    if path.exists():
-        continue
-    t = time.time()
-    policy = load_policy(model, sampling=sampling)
-    if name == "constrained":
-        policy = ConstrainedToolSearchPolicy(policy)
-    r = evaluate_per_task(policy, "toolgym/ToolSearch-v0", {"max_turns": 4, "split": "heldout"}, num_tasks=n,
-                          batch_size=15, max_new_tokens=96)
-    r["seconds"] = time.time() - t
-    path.write_text(json.dumps(r, indent=1))
-    print(name, json.dumps(r["mean"]), round(r["seconds"]), flush=True)
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
+
+
+def main(argv: list[str] | None = None) -> int:
+    from toolgym.agents.constrained import ConstrainedToolSearchPolicy
+    from toolgym.trainers.evaluate import load_policy, paired_gain
+    from toolgym.trainers.paired_eval import evaluate_per_task
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policy", required=True, help="model folder (e.g. a `toolgym sft` RUN_DIR/model)")
+    ap.add_argument("--tasks", type=int, default=30, help="first N held-out tasks")
+    ap.add_argument("--out", default="runs/toolsearch_invalid")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sampling = {"max_new_tokens": 96, "stop_strings": ["</tool_call>"], "temperature": 0.0}
+    results = {}
+    for name in ("plain", "constrained"):
+        path = out / f"{name}.json"
+        if not path.exists():
+            started = time.time()
+            policy = load_policy(args.policy, sampling=sampling)
+            if name == "constrained":
+                policy = ConstrainedToolSearchPolicy(policy)
+            r = evaluate_per_task(policy, "toolgym/ToolSearch-v0", {"max_turns": 4, "split": "heldout"},
+                                  num_tasks=args.tasks, batch_size=15, max_new_tokens=96)
+            r["seconds"] = time.time() - started
+            path.write_text(json.dumps(r, indent=1))
+        results[name] = json.loads(path.read_text())
+    plain = {r["task_id"]: r["reward"] for r in results["plain"]["rows"]}
+    constrained = {r["task_id"]: r["reward"] for r in results["constrained"]["rows"]}
+    ids = [t for t in plain if t in constrained]
+    print(json.dumps({name: r["mean"] for name, r in results.items()}, indent=2))
+    print("plain -> constrained (paired):", paired_gain([plain[t] for t in ids], [constrained[t] for t in ids]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
