@@ -34,7 +34,7 @@ from learning import ENVS, evaluate, grpo_config  # noqa: E402
 DEFAULT_SCHEMES = {
     "toolsearch": ["toolsearcher", "esm_only", "tca_only", "grpo_f1"],
     # magicselector's preference term needs reference subtasks (Task.subtasks): Seal-Tools has none,
-    # so pass --decompose-env toolgym/Decompose-UltraTool-v0 to include it.
+    # so pass --decompose-env toolgym/Decompose-Dialogue-v0 --decompose-eval-split test to include it.
     "decompose": ["counterfactual", "grpo_match"],
 }
 
@@ -51,7 +51,8 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
     while step < args.steps:
         step = min(step + args.eval_every, args.steps)
         cfg = grpo_config(env_name, {"name": scheme, "options": {}}, args.warm_start, run_dir, budget_s=None,
-                          seed=seed, tasks_per_step=args.tasks_per_step, group_size=args.group_size)
+                          seed=seed, tasks_per_step=args.tasks_per_step, group_size=args.group_size,
+                          overrides=args.overrides)
         cfg.train.steps = step
         cfg.train.time_budget_s = None
         train(cfg, resume=(run_dir / "checkpoints").is_dir(), progress=not args.no_progress)
@@ -103,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--toolsearch-schemes", nargs="*", default=DEFAULT_SCHEMES["toolsearch"])
     ap.add_argument("--decompose-schemes", nargs="*", default=DEFAULT_SCHEMES["decompose"])
-    ap.add_argument("--decompose-env", default=None, help="another decomposition env id (e.g. Decompose-UltraTool-v0)")
+    ap.add_argument("--decompose-env", default=None, help="another decomposition env id (e.g. Decompose-Dialogue-v0)")
+    ap.add_argument("--decompose-eval-split", default=None, help="its held-out split (e.g. test), default heldout")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="overrides",
+                    help="GRPO config overrides for every run, e.g. sampling.temperature=1.2 grpo.lr=2e-3")
     ap.add_argument("--out", default="runs/credit_schemes")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--no-report", action="store_true", help="print only; leave benchmarks/results and docs alone")
@@ -112,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--steps and --eval-every must be >= 1")
     if args.decompose_env:
         ENVS["decompose"] = {**ENVS["decompose"], "id": args.decompose_env}
+    if args.decompose_eval_split:
+        ENVS["decompose"] = {**ENVS["decompose"], "eval_split": args.decompose_eval_split}
     from toolgym.rewards import get_reward, reward_names, scheme_names
 
     known = set(reward_names()) | set(scheme_names())
@@ -140,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"{sum(m.get('search_turns', 0) for m in last) / len(last):.2f}",
                          f"{sum(r['zero_variance_share'] for r in mine) / len(mine):.2f}"])
     body = (f"Same warm start (`{args.warm_start}`), {args.steps} GRPO steps per run ({args.tasks_per_step} tasks × "
-            f"{args.group_size} rollouts), seeds {args.seeds}, greedy held-out evaluation on {args.eval_tasks} tasks "
+            f"{args.group_size} rollouts; overrides {' '.join(args.overrides) or 'none'}), seeds {args.seeds}, "
+            f"greedy held-out evaluation on {args.eval_tasks} tasks "
             f"every {args.eval_every} steps. Final gain over the warm start ± paired se, one per seed; invalid rate and "
             "search turns of the final held-out evaluation; zero-variance share = training groups whose advantages "
             "were all 0. Curves: `benchmarks/results/credit_schemes_<env>.png`.\n\n"

@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # The env settings are those the demonstrations were recorded with (configs/sft_warmstart.yaml).
 ENVS = {
     "toolsearch": {"id": "toolgym/ToolSearch-v0", "kwargs": {"max_turns": 4}, "max_new_tokens": 96,
-                   "stop_strings": ["</tool_call>"]},
-    "decompose": {"id": "toolgym/Decompose-v0", "kwargs": {"k": 10}, "max_new_tokens": 64, "stop_strings": []},
+                   "stop_strings": ["</tool_call>"], "eval_split": "heldout"},
+    "decompose": {"id": "toolgym/Decompose-v0", "kwargs": {"k": 10}, "max_new_tokens": 64, "stop_strings": [],
+                  "eval_split": "heldout"},
 }
 RUNS = {
     "toolsearch_toolsearcher": ("toolsearch", {"name": "toolsearcher", "options": {}}),
@@ -101,7 +102,7 @@ def evaluate(model_or_policy: Any, env_name: str, n: int, cache: Path | None, ba
     env = ENVS[env_name]
     policy = load_policy(model_or_policy, sampling={"max_new_tokens": env["max_new_tokens"],
                                                      "stop_strings": env["stop_strings"]})
-    result = evaluate_per_task(policy, env["id"], {**env["kwargs"], "split": "heldout"}, num_tasks=n,
+    result = evaluate_per_task(policy, env["id"], {**env["kwargs"], "split": env.get("eval_split", "heldout")}, num_tasks=n,
                                batch_size=batch_size, max_new_tokens=env["max_new_tokens"])
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
