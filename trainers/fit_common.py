@@ -78,6 +78,7 @@ def plot_fit_curves(metrics_path: str | Path, out_png: str | Path, keys: Sequenc
     import matplotlib.pyplot as plt
 
     from toolgym.trainers.checkpoint import read_metrics  # the one metrics reader (a half-written last line is fine)
+    from toolgym.trainers.plotting import save_figure
 
     rows = read_metrics(metrics_path)
     fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.2), squeeze=False)
@@ -93,12 +94,7 @@ def plot_fit_curves(metrics_path: str | Path, out_png: str | Path, keys: Sequenc
         if len(stages) > 1:
             ax.legend(fontsize=7)
     fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out_png)
 
 
 def set_seed(seed: int) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from toolgym.trainers.checkpoint import read_metrics  # tolerates a half-written last line
 
@@ -40,9 +41,16 @@ def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str | None
         ax.axis("off")
     if title:
         fig.suptitle(title)
+    return save_figure(fig, out_png)
+
+
+def save_figure(fig: Any, out_png: str | Path, dpi: int = 100) -> Path:
+    """Lay out, write (parent folders made) and close a matplotlib figure; returns the path."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
+    fig.savefig(out, dpi=dpi)
     plt.close(fig)
     return out
