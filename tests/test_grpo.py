@@ -11,8 +11,9 @@ import torch
 from toolgym.agents.hf_policy import apply_lora, load_tokenizer, tiny_causal_lm
 from toolgym.data.records import Trajectory
 from toolgym.rewards.base import GroupCredit, grpo_advantage
-from toolgym.trainers.grpo import (GRPOConfig, GRPOTrainer, TokenBatch, clipped_surrogate, kl_k3, response_logprobs,
-                                   token_advantages, trajectory_token_advantages)
+from toolgym.trainers import grpo as grpo_module
+from toolgym.trainers.grpo import (GRPOConfig, GRPOTrainer, TokenBatch, clipped_surrogate, inert_sequences, kl_k3,
+                                   response_logprobs, token_advantages, trajectory_token_advantages)
 
 
 def test_k3_kl_on_hand_numbers():
@@ -209,6 +210,37 @@ def test_on_policy_update_skips_the_old_pass_and_matches_the_prepared_update(tok
     # several optimiser steps per batch are off-policy after the first: old log-probs are prepared
     trainer = GRPOTrainer(copy.deepcopy(model), {"lr": 1e-3, "mini_batch_size": 1})
     assert not trainer.is_on_policy(TokenBatch(seqs, masks, advs))
+
+
+def test_skipping_zero_advantage_sequences_without_kl_leaves_the_update_unchanged(tokenizer, monkeypatch):
+    model = tiny_causal_lm(tokenizer, seed=7)
+    seqs, masks, advs = _toy_batch(tokenizer)
+    # a zero-advantage copy of each sequence (a zero-variance group): inert only without a KL term
+    batch_parts = (seqs + seqs, masks + masks, advs + [np.zeros(len(a)) for a in advs])
+    assert inert_sequences(TokenBatch(*batch_parts), 0.0) == {2, 3}
+    assert inert_sequences(TokenBatch(*batch_parts), 0.1) == set()
+
+    def update(skip: bool, mini: int | None):
+        if not skip:
+            monkeypatch.setattr(grpo_module, "inert_sequences", lambda batch, kl: set())
+        trainer = GRPOTrainer(copy.deepcopy(model), {"lr": 1e-2, "kl_coef": 0.0, "micro_batch_size": 1,
+                                                     "mini_batch_size": mini, "weight_decay": 0.1})
+        batch = TokenBatch(*batch_parts)
+        calls = []
+        original = trainer._logprobs
+        trainer._logprobs = lambda *a: calls.append(len(a[1])) or original(*a)
+        metrics = trainer.train_on(batch)
+        monkeypatch.undo()
+        return metrics, calls, [p.detach().clone() for p in trainer.model.parameters()]
+
+    for mini in (None, 2):  # one step; or two steps, the second on inert sequences only (momentum still moves)
+        skipped, calls_skipped, after_skipped = update(True, mini)
+        full, calls_full, after_full = update(False, mini)
+        assert skipped["inert_sequences"] == 2 and skipped["inert_tokens"] == sum(map(sum, masks))
+        assert sum(calls_skipped) < sum(calls_full)  # the inert sequences were never run ...
+        for a, b in zip(after_skipped, after_full):  # ... and the weights end up the same
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+        assert skipped["optimizer_steps"] == full["optimizer_steps"] == (1 if mini is None else 2)
 
 
 def test_bf16_autocast_logprobs_stay_close_and_float32(tokenizer):

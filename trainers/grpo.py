@@ -31,7 +31,7 @@ import torch
 
 from toolgym.trainers.config import GRPOConfig
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "TokenBatch", "clipped_surrogate", "grpo_token_loss", "kl_k3",
+__all__ = ["GRPOConfig", "GRPOTrainer", "TokenBatch", "clipped_surrogate", "grpo_token_loss", "inert_sequences", "kl_k3",
            "response_logprobs", "token_advantages", "trajectory_token_advantages"]
 
 
@@ -92,6 +92,21 @@ def trajectory_token_advantages(trajectory: Any, credit: Any, index: int) -> np.
     """
     spans = trajectory.turn_spans or []
     return token_advantages(len(trajectory.token_ids), spans, credit.rollout_turn_advantages(index, len(spans)))
+
+
+def inert_sequences(batch: TokenBatch, kl_coef: float) -> set[int]:
+    """Sequences whose forward/backward can be skipped without changing the update.
+
+    Without a KL term (``kl_coef == 0``) a sequence whose advantage is 0 on every policy token
+    contributes ``-min(r·0, clip(r)·0) = 0`` to the loss and nothing to the gradient, whatever its
+    ratio. Its tokens still count in the token-mean divisor, so the update is the same as running
+    it; under ESM/TCA credit and zero-variance GRPO groups that is most of a batch. With a KL
+    term every sequence has a gradient and none is inert.
+    """
+    if kl_coef != 0:
+        return set()
+    return {i for i, (mask, adv) in enumerate(zip(batch.loss_mask, batch.advantages))
+            if not np.any(np.asarray(adv)[np.asarray(mask, dtype=bool)])}
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -286,7 +301,8 @@ class GRPOTrainer:
         n = len(batch.token_ids)
         mini = cfg.mini_batch_size or n
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio": 0.0}
-        tokens_seen = 0
+        tokens_seen = skipped_tokens = 0
+        inert = inert_sequences(batch, cfg.kl_coef)
         grad_norms = []
         self.model.train()
         rng = np.random.default_rng(seed)
@@ -298,7 +314,14 @@ class GRPOTrainer:
                 if total == 0:
                     continue
                 self.optimizer.zero_grad(set_to_none=True)
-                for mb in self._micro_batches(members):
+                # inert sequences add exactly zero to the loss and its gradient, but their tokens stay in `total`
+                active = [i for i in members if i not in inert]
+                skipped_tokens += total - sum(int(sum(batch.loss_mask[i])) for i in active)
+                if not active:  # the step still runs (Adam momentum, weight decay), on a zero gradient
+                    for p in self.model.parameters():
+                        if p.requires_grad:
+                            p.grad = torch.zeros_like(p)
+                for mb in self._micro_batches(active):
                     seqs = [batch.token_ids[i] for i in mb]
                     masks = [batch.loss_mask[i] for i in mb]
                     logp = torch.cat(self._logprobs(self.model, seqs, masks, batch.allowed_of(mb)))
@@ -328,4 +351,6 @@ class GRPOTrainer:
         metrics["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         metrics["policy_tokens"] = float(tokens_seen / max(cfg.epochs, 1))
         metrics["optimizer_steps"] = float(len(grad_norms))
+        metrics["inert_sequences"] = float(len(inert))  # not run: zero advantage and no KL term
+        metrics["inert_tokens"] = float(skipped_tokens / max(cfg.epochs, 1))
         return metrics
