@@ -237,6 +237,7 @@ def test_skipping_zero_advantage_sequences_without_kl_leaves_the_update_unchange
         skipped, calls_skipped, after_skipped = update(True, mini)
         full, calls_full, after_full = update(False, mini)
         assert skipped["inert_sequences"] == 2 and skipped["inert_tokens"] == sum(map(sum, masks))
+        assert skipped["loss"] == pytest.approx(full["loss"], rel=1e-5)  # the same token mean of the objective
         assert sum(calls_skipped) < sum(calls_full)  # the inert sequences were never run ...
         for a, b in zip(after_skipped, after_full):  # ... and the weights end up the same
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)

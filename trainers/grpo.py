@@ -347,7 +347,8 @@ class GRPOTrainer:
                 norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
                 grad_norms.append(float(norm))
                 self.optimizer.step()
-        metrics = {k: v / max(tokens_seen, 1) for k, v in sums.items()}
+        # the objective's token mean counts inert tokens (they add 0); the ratio is over the tokens run
+        metrics = {k: v / max(tokens_seen + (skipped_tokens if k != "ratio" else 0), 1) for k, v in sums.items()}
         metrics["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         metrics["policy_tokens"] = float(tokens_seen / max(cfg.epochs, 1))
         metrics["optimizer_steps"] = float(len(grad_norms))
