@@ -304,6 +304,7 @@ class GRPOTrainer:
         tokens_seen = skipped_tokens = 0
         inert = inert_sequences(batch, cfg.kl_coef)
         grad_norms = []
+        params = [p for p in self.model.parameters() if p.requires_grad]
         self.model.train()
         rng = np.random.default_rng(seed)
         for _ in range(cfg.epochs):
@@ -318,9 +319,8 @@ class GRPOTrainer:
                 active = [i for i in members if i not in inert]
                 skipped_tokens += total - sum(int(sum(batch.loss_mask[i])) for i in active)
                 if not active:  # the step still runs (Adam momentum, weight decay), on a zero gradient
-                    for p in self.model.parameters():
-                        if p.requires_grad:
-                            p.grad = torch.zeros_like(p)
+                    for p in params:
+                        p.grad = torch.zeros_like(p)
                 for mb in self._micro_batches(active):
                     seqs = [batch.token_ids[i] for i in mb]
                     masks = [batch.loss_mask[i] for i in mb]
@@ -343,7 +343,6 @@ class GRPOTrainer:
                         sums["clip_frac"] += float(parts["clipped"].sum())
                         sums["ratio"] += float(torch.exp(logp - old).sum())
                         tokens_seen += logp.numel()
-                params = [p for p in self.model.parameters() if p.requires_grad]
                 norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
                 grad_norms.append(float(norm))
                 self.optimizer.step()
