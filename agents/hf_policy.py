@@ -19,8 +19,8 @@ import torch
 
 from toolgym.agents.policy import TOOL_CALL_STOP, Generation, SamplingConfig
 
-__all__ = ["HFChatPolicy", "Generation", "SamplingConfig", "TOOL_CALL_STOP", "apply_lora", "load_causal_lm",
-           "load_tokenizer", "smollm2_gguf_path", "tiny_causal_lm"]
+__all__ = ["HFChatPolicy", "Generation", "SamplingConfig", "TOOL_CALL_STOP", "TurnCache", "apply_lora",
+           "load_causal_lm", "load_tokenizer", "smollm2_gguf_path", "tiny_causal_lm"]
 
 SMOLLM2_ALIASES = {"smollm2", "smollm2-135m", "SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"}
 # Sentinels used to read the chat template's glue around a tool message; never real text.
@@ -233,6 +233,52 @@ class _StopOnText:
         return torch.tensor([any(s in t for s in self.stops) for t in texts], device=input_ids.device)
 
 
+@dataclass(eq=False)
+class TurnCache:
+    """The KV cache of one batch of episodes, carried from one turn to the next.
+
+    A multi-turn prompt is the previous prompt, the tokens the policy sampled and the environment's
+    turn. Given a ``TurnCache``, :meth:`HFChatPolicy.generate_batch` feeds the model only what a
+    prompt adds to a row the cache holds (the environment's turn) instead of the whole conversation,
+    and identical prompts (a GRPO group's first turn) are encoded once. The caller owns it for one
+    rollout: the model's weights must not change while it lives.
+
+    Row layout: ``[left padding | prompt | sampled (+ cut tail) | padding | env turn | ...]``. Padding
+    and the tokens sampled after a row's cut have attention 0, and position ids come from the
+    attention mask's cumulative sum (as ``generate`` computes them), so every real token keeps the
+    position it has in the unpadded conversation.
+    """
+
+    ids: torch.Tensor | None = None  # [B, L]: the cached positions plus the last token, not yet fed
+    attention: torch.Tensor | None = None  # [B, L]
+    kv: Any = None  # the model's cache over ids[:, :-1]
+    tokens: list[tuple[int, ...]] = field(default_factory=list)  # each row's real tokens, in order
+    fed_tokens: int = 0  # prompt tokens the model was fed (statistics)
+    reused_tokens: int = 0  # prompt tokens served from the cache instead
+
+    def clear(self) -> None:
+        """Drop the cached tensors (the statistics stay)."""
+        self.ids = self.attention = self.kv = None
+        self.tokens = []
+
+    def match(self, prompts: Sequence[Sequence[int]]) -> list[int] | None:
+        """For each prompt, a cached row whose real tokens are a strict prefix of it; None if any has none."""
+        if self.kv is None:
+            return None
+        by_length: dict[int, dict[tuple[int, ...], int]] = {}
+        for row, toks in enumerate(self.tokens):
+            by_length.setdefault(len(toks), {}).setdefault(toks, row)
+        lengths = sorted(by_length, reverse=True)
+        rows = []
+        for p in prompts:
+            row = next((by_length[n][key] for n in lengths if n < len(p)
+                        for key in [tuple(p[:n])] if key in by_length[n]), None)
+            if row is None:
+                return None
+            rows.append(row)
+        return rows
+
+
 class HFChatPolicy:
     """Generate assistant turns with a transformers causal LM and keep the exact token ids.
 
@@ -280,38 +326,116 @@ class HFChatPolicy:
                     return ids[: j + 1], "stop"
         return ids, "length"
 
+    def _left_padded(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ids, attention)`` of left-padded prompts: every row's last token at the end."""
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            if p:
+                ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
+                attention[i, width - len(p):] = 1
+        return ids, attention
+
+    def _prefill_shared(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, Any] | None:
+        """Encode each distinct prompt once and copy its KV cache to every row that repeats it.
+
+        Returns ``(ids, attention, kv)`` with ``kv`` covering ``ids[:, :-1]``, or None when no prompt
+        repeats (then ``generate`` encodes them as usual)."""
+        unique: dict[tuple[int, ...], int] = {}
+        rows = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+        if len(unique) == len(prompts) or min(len(p) for p in prompts) < 2:
+            return None
+        ids, attention = self._left_padded([list(p) for p in unique])
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        device = self.device
+        out = self.model(input_ids=ids[:, :-1].to(device), attention_mask=attention[:, :-1].to(device),
+                         position_ids=positions[:, :-1].to(device), use_cache=True)
+        kv = out.past_key_values
+        index = torch.tensor(rows, dtype=torch.long)
+        kv.batch_select_indices(index.to(device))
+        return ids[index], attention[index], kv
+
     @torch.no_grad()
-    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int | None = None) -> list[Generation]:
-        """Sample one turn for each token-id prompt (one batched ``model.generate`` call)."""
+    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int | None = None,
+                       turn_cache: TurnCache | None = None) -> list[Generation]:
+        """Sample one turn for each token-id prompt (one batched ``model.generate`` call).
+
+        With ``turn_cache`` (one per rollout, see :class:`TurnCache`) a prompt that extends a row the
+        cache holds is fed only its new tokens, and the cache is updated for the next turn; a batch
+        some prompt of which extends no row is encoded afresh, identical prompts once. Sampling is
+        unchanged: the same distribution, up to float rounding.
+        """
         if not prompts:
             return []
+        was_training = self.model.training
+        self.model.eval()  # before the shared prefill too: no dropout in any forward of a rollout
+        try:
+            return self._generate(prompts, max_new_tokens, turn_cache)
+        finally:
+            if was_training:
+                self.model.train()
+
+    def _generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int | None,
+                  turn_cache: TurnCache | None) -> list[Generation]:
         s = self.sampling
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):  # left padding keeps every row's last token at the end
-            input_ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
-            attention[i, width - len(p):] = 1
+        prompts = [list(p) for p in prompts]
+        rows = turn_cache.match(prompts) if turn_cache is not None else None
+        kv = None
+        if rows is not None:
+            assert turn_cache is not None
+            index = torch.tensor(rows, dtype=torch.long)
+            kv = turn_cache.kv
+            kv.batch_select_indices(index.to(self.device))
+            old = [turn_cache.tokens[r] for r in rows]
+            seg_ids, seg_attention = self._left_padded([p[len(o):] for p, o in zip(prompts, old)])
+            input_ids = torch.cat([turn_cache.ids[index], seg_ids], dim=1)
+            attention = torch.cat([turn_cache.attention[index], seg_attention], dim=1)
+            reused = sum(len(o) for o in old)
+        else:
+            shared = self._prefill_shared(prompts) if turn_cache is not None else None
+            if shared is not None:
+                input_ids, attention, kv = shared
+                reused = sum(len(p) for p in prompts) - sum(len(u) for u in {tuple(p) for p in prompts})
+            else:
+                input_ids, attention = self._left_padded(prompts)
+                reused = 0
+        if turn_cache is not None:
+            turn_cache.clear()  # the old tensors are consumed (kv is updated in place by generate)
+            turn_cache.reused_tokens += reused
+            turn_cache.fed_tokens += sum(len(p) for p in prompts) - reused
+        width = input_ids.shape[1]
         kwargs: dict[str, Any] = {
             "max_new_tokens": int(max_new_tokens or s.max_new_tokens),
             "eos_token_id": self.end_ids,
             "pad_token_id": self.pad_id,
         }
+        if kv is not None:
+            kwargs["past_key_values"] = kv
+        if turn_cache is not None:
+            kwargs.update(use_cache=True, return_dict_in_generate=True)
         if s.temperature and s.temperature > 0:
             kwargs.update(do_sample=True, temperature=float(s.temperature), top_p=float(s.top_p), top_k=int(s.top_k))
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if s.stop_strings:
             kwargs["stopping_criteria"] = [_StopOnText(self.tokenizer, s.stop_strings, width)]
-        was_training = self.model.training
-        self.model.eval()
         out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs)
-        if was_training:
-            self.model.train()
+        sequences = out.sequences if turn_cache is not None else out
         gens = []
-        for row in out[:, width:].tolist():
+        for row in sequences[:, width:].tolist():
             ids, reason = self._cut(row)
             gens.append(Generation(self.tokenizer.decode(ids, skip_special_tokens=True), ids, reason))
+        if turn_cache is not None:
+            # Tokens sampled after a row's cut (and pads after its end) stay in the cache, masked out.
+            sequences = sequences.cpu()
+            new_attention = torch.ones((len(prompts), sequences.shape[1] - width), dtype=torch.long)
+            for i, gen in enumerate(gens):
+                new_attention[i, len(gen.token_ids):] = 0
+            turn_cache.ids = sequences
+            turn_cache.attention = torch.cat([attention, new_attention], dim=1)
+            turn_cache.kv = out.past_key_values
+            turn_cache.tokens = [tuple(p) + tuple(g.token_ids) for p, g in zip(prompts, gens)]
         return gens
 
     # -- text interface (evaluation, scripted use) -------------------------------------------------

@@ -41,6 +41,68 @@ def test_batched_left_padding_matches_single_generation(policy):
     assert both[1].token_ids == policy.generate_batch([b])[0].token_ids
 
 
+def _sharp_tiny(tokenizer, seed):
+    """A tiny random Llama with weights scaled up: its greedy tokens depend on every position (the
+    default init emits one token whatever the context, which would hide a wrong position or mask)."""
+    model = tiny_causal_lm(tokenizer, seed=seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" not in name:
+                param.mul_(20.0)
+    return model
+
+
+def test_turn_cache_feeds_only_new_tokens_and_generates_what_a_fresh_encoding_would(tokenizer):
+    from toolgym.agents.hf_policy import TurnCache
+
+    policy = HFChatPolicy(_sharp_tiny(tokenizer, seed=1), tokenizer, {"max_new_tokens": 6, "temperature": 0.0})
+    a = policy.encode_prompt(MESSAGES)
+    b = policy.encode_prompt([MESSAGES[0], {"role": "user", "content": "x"}])
+    # Make row 2 end early (a greedy token of its own ends the turn), so the cache holds masked pads after it.
+    probe = policy.generate_batch([b])[0].token_ids
+    stop_at = next(j for j in range(1, len(probe) - 1) if probe[j] not in probe[:j])
+    policy.end_ids = sorted(set(policy.end_ids) | {probe[stop_at]})
+    cache = TurnCache()
+    prompts = [a, a, b]  # a GRPO group's first turn repeats its prompt
+    first = policy.generate_batch(prompts, turn_cache=cache)
+    assert [g.token_ids for g in first] == [g.token_ids for g in policy.generate_batch(prompts)]
+    assert len(first[2].token_ids) == stop_at + 1 < len(first[0].token_ids) and first[2].finish_reason == "stop"
+    assert cache.reused_tokens == len(a)  # the repeated prompt was encoded once
+    prompts = [p + g.token_ids + policy.encode_tool_turn("result " * (3 * i + 1), g.finish_reason == "stop")
+               for i, (p, g) in enumerate(zip(prompts, first))]
+    second = policy.generate_batch(prompts, turn_cache=cache)
+    fresh = [policy.generate_batch([p])[0].token_ids for p in prompts]
+    assert [g.token_ids for g in second] == fresh
+    assert cache.reused_tokens == len(a) + sum(len(p) + len(g.token_ids) for p, g in zip([a, a, b], first))
+    # The batch shrinks and reorders as episodes end: rows are found by their tokens.
+    prompts = [prompts[i] + second[i].token_ids + policy.encode_tool_turn("more", False) for i in (2, 0)]
+    third = policy.generate_batch(prompts, turn_cache=cache)
+    assert [g.token_ids for g in third] == [policy.generate_batch([p])[0].token_ids for p in prompts]
+    # A prompt that extends no cached row is encoded afresh, not matched to a wrong row.
+    other = policy.encode_prompt([MESSAGES[0], {"role": "user", "content": "Find a hotel"}])
+    fed = cache.fed_tokens
+    assert policy.generate_batch([other], turn_cache=cache)[0].token_ids == policy.generate_batch([other])[0].token_ids
+    assert cache.fed_tokens == fed + len(other)
+
+
+def test_turn_cache_samples_what_a_fresh_encoding_samples(tokenizer):
+    from toolgym.agents.hf_policy import TurnCache
+
+    policy = HFChatPolicy(_sharp_tiny(tokenizer, seed=2), tokenizer, {"max_new_tokens": 5, "temperature": 1.0})
+    prompt = policy.encode_prompt(MESSAGES)
+    cache = TurnCache()
+    torch.manual_seed(0)
+    first = policy.generate_batch([prompt] * 4, turn_cache=cache)
+    torch.manual_seed(0)
+    assert [g.token_ids for g in policy.generate_batch([prompt] * 4)] == [g.token_ids for g in first]
+    assert len({tuple(g.token_ids) for g in first}) > 1  # the group's samples differ
+    prompts = [prompt + g.token_ids + policy.encode_tool_turn("ok " * (i + 1), False) for i, g in enumerate(first)]
+    torch.manual_seed(1)
+    second = policy.generate_batch(prompts, turn_cache=cache)
+    torch.manual_seed(1)
+    assert [g.token_ids for g in policy.generate_batch(prompts)] == [g.token_ids for g in second]
+
+
 def test_cut_stops_after_tool_call_and_end_token(policy, tokenizer):
     call = '<tool_call>{"name": "search", "arguments": {"query": "flights"}}</tool_call>'
     ids = tokenizer.encode(call + " trailing words", add_special_tokens=False)

@@ -85,6 +85,15 @@ def _cut_trajectory(slot: _Slot, terminated_by: str) -> Trajectory:
                       num_turns=len(slot.turn_spans))
 
 
+def _parameters(fn: Any) -> set[str]:
+    import inspect
+
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
 def collect_rollouts(policy: ChatPolicy, envs: Sequence[gym.Env], task_refs: Sequence[Any],
                      seeds: Sequence[int | None] | None = None, max_context_tokens: int = 8192,
                      reset_options: dict[str, Any] | None = None) -> list[Rollout]:
@@ -117,6 +126,12 @@ def collect_rollouts(policy: ChatPolicy, envs: Sequence[gym.Env], task_refs: Seq
 
     max_new = int(policy.sampling.max_new_tokens)
     constrained = bool(getattr(policy, "needs_episode", False))
+    # Carry the KV cache between turns (HFChatPolicy): each turn feeds only the env's new tokens.
+    turn_cache = None
+    if not constrained and hasattr(policy, "generate_batch") and "turn_cache" in _parameters(policy.generate_batch):
+        from toolgym.agents.hf_policy import TurnCache
+
+        turn_cache = TurnCache()
     if slots and all(s.prompt_tokens + max_new > max_context_tokens for s in slots):
         shortest = min(s.prompt_tokens for s in slots)
         raise ValueError(f"max_context_tokens={max_context_tokens} leaves no room for a first turn: the shortest prompt "
@@ -139,7 +154,7 @@ def collect_rollouts(policy: ChatPolicy, envs: Sequence[gym.Env], task_refs: Seq
             gens = policy.generate_batch([s.token_ids for s in room],
                                          episodes=[EpisodeView(s.messages, s.tool_schemas, s.protocol) for s in room])
         else:
-            gens = policy.generate_batch([s.token_ids for s in room])
+            gens = policy.generate_batch([s.token_ids for s in room], **({"turn_cache": turn_cache} if turn_cache is not None else {}))
         for slot, gen in zip(room, gens):
             start = len(slot.token_ids)
             slot.token_ids.extend(gen.token_ids)
@@ -169,6 +184,8 @@ def collect_rollouts(policy: ChatPolicy, envs: Sequence[gym.Env], task_refs: Seq
             slot.token_ids.extend(glue)
             slot.loss_mask.extend([0] * len(glue))
 
+    if turn_cache is not None:
+        turn_cache.clear()
     out = []
     for s in slots:
         traj = s.trajectory
