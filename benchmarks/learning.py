@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="GRPO config overrides for every run, e.g. train.group_size=8 grpo.lr=5e-4")
     ap.add_argument("--eval-batch", type=int, default=8, help="episodes generated together in an evaluation")
+    ap.add_argument("--skip-base", action="store_true",
+                    help="do not evaluate the base model (on ToolSearch-v0 it writes no valid call and every turn "
+                         "runs to the token limit, the costliest evaluation of all)")
     ap.add_argument("--no-report", action="store_true", help="print only; leave benchmarks/results and docs alone")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -173,13 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     n = args.eval_tasks
     for run in args.runs:
         env_name, reward = RUNS[run]
-        base = evaluate(args.base, env_name, n, out / f"eval_base_{env_name}.json", args.eval_batch)
+        base = None if args.skip_base else evaluate(args.base, env_name, n, out / f"eval_base_{env_name}.json",
+                                                    args.eval_batch)
         warm = evaluate(args.warm_start, env_name, n, out / f"eval_warm_{env_name}.json", args.eval_batch)
-        per_task[f"{env_name}/base"], per_task[f"{env_name}/warm_start"] = base["rows"], warm["rows"]
+        if base is not None:
+            per_task[f"{env_name}/base"] = base["rows"]
+        per_task[f"{env_name}/warm_start"] = warm["rows"]
         row: dict[str, Any] = {"env_id": ENVS[env_name]["id"], "reward_scheme": reward["name"], "eval_tasks": n,
                                "max_new_tokens": ENVS[env_name]["max_new_tokens"],
-                               "base": base["mean"], "warm_start": warm["mean"],
-                               "sft_gain": compare(base, warm)}
+                               "base": base["mean"] if base else None, "warm_start": warm["mean"],
+                               "sft_gain": compare(base, warm) if base else None}
         if args.grpo is None or run in args.grpo:
             run_dir = out / run
             done = run_grpo(run, args.warm_start, run_dir, args.budget_min * 60, args.config, args.overrides)
@@ -190,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             per_task[f"{run}/grpo"] = after["rows"]
             row["grpo"] = after["mean"]
             row["grpo_gain"] = compare(warm, after)
-            row["total_gain"] = compare(base, after)
+            row["total_gain"] = compare(base, after) if base else None
         if env_name in DECOMPOSITION_ENVS:
             row["retrieval_baselines"] = retrieval_baselines(env_name, n)
         results[run] = row
@@ -216,12 +222,15 @@ def _pm(g: dict[str, float] | None) -> str:
 def report_body(results: dict[str, Any], args: argparse.Namespace) -> str:
     rows = []
     for name, r in results.items():
-        rows.append([r["env_id"], r["reward_scheme"], r["eval_tasks"], r.get("max_new_tokens", "-"), f"{r['base']['reward']:.3f}",
+        base = r["base"] or {}
+        rows.append([r["env_id"], r["reward_scheme"], r["eval_tasks"], r.get("max_new_tokens", "-"),
+                     f"{base['reward']:.3f}" if base else "-",
                      f"{r['warm_start']['reward']:.3f}", f"{r['grpo']['reward']:.3f}" if "grpo" in r else "-",
                      _pm(r["sft_gain"]), _pm(r.get("grpo_gain")), _pm(r.get("total_gain")),
                      f"{r['grpo_steps']} in {r.get('grpo_budget_min', args.budget_min):g} min" if "grpo_steps" in r else "-",
                      " ".join(f"`{o}`" for o in r.get("grpo_overrides", [])) or "-",
-                     f"{r['base'].get('invalid_rate', 0):.2f} → {r['warm_start'].get('invalid_rate', 0):.2f}"
+                     (f"{base.get('invalid_rate', 0):.2f} → " if base else "")
+                     + f"{r['warm_start'].get('invalid_rate', 0):.2f}"
                      + (f" → {r['grpo'].get('invalid_rate', 0):.2f}" if "grpo" in r else "")])
     body = (
         f"Base `{args.base}`, warm start `{args.warm_start}` (a `toolgym sft` run), GRPO with LoRA from the warm start "
@@ -236,7 +245,7 @@ def report_body(results: dict[str, Any], args: argparse.Namespace) -> str:
         if "retrieval_baselines" in r:
             lines = [[k, f"{v['c10']:.3f}", f"{v['ndcg5']:.3f}"] for k, v in r["retrieval_baselines"].items()]
             for stage in ("base", "warm_start", "grpo"):
-                if stage in r and "c10" in r[stage]:
+                if r.get(stage) and "c10" in r[stage]:
                     lines.append([f"policy: {stage}", f"{r[stage]['c10']:.3f}", f"{r[stage]['ndcg5']:.3f}"])
             body += (f"\n\nDecomposer retrieval, run `{name}`, on the same {r['eval_tasks']} held-out tasks (BM25, fused top 10):\n\n"
                      + markdown_table(["subtasks from", "C@10", "N@5"], lines))
