@@ -105,11 +105,18 @@ def make_scorer(
     model: str | None = None,
     **options: Any,
 ) -> PreferenceScorer:
-    """A scorer by name: ``reference`` (embed), ``hf`` (model path), ``judge`` (chat callable)."""
+    """A scorer by name: ``reference`` (embed), ``trained`` (a ``toolgym fit-preference`` model folder),
+    ``hf`` (model path), ``judge`` (chat callable)."""
     if not isinstance(scorer, str):
         return scorer
     if scorer == "reference":
         return ReferenceAgreementScorer(embed=embed, **options)
+    if scorer == "trained":
+        if not model:
+            raise ValueError("the 'trained' preference scorer needs model=<a toolgym fit-preference RUN_DIR/model>")
+        from toolgym.rewards.preference_model import CrossEncoderPreferenceScorer
+
+        return CrossEncoderPreferenceScorer(model, **options)
     if scorer == "hf":
         if not model:
             raise ValueError("the 'hf' preference scorer needs model=<path or HF id>")
@@ -118,7 +125,7 @@ def make_scorer(
         if judge is None:
             raise ValueError("the 'judge' preference scorer needs judge=<chat callable>")
         return LLMJudgeScorer(judge, **options)
-    raise ValueError(f"unknown preference scorer {scorer!r}; choose reference, hf or judge")
+    raise ValueError(f"unknown preference scorer {scorer!r}; choose reference, trained, hf or judge")
 
 
 @register_reward("preference")

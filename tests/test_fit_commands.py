@@ -123,3 +123,10 @@ def test_fit_preference_tiny_reports_heldout_pairwise_accuracy(tmp_path):
         scorer.score(task, ["one string"])  # type: ignore[list-item]
     with pytest.raises(FileNotFoundError):
         CrossEncoderPreferenceScorer(tmp_path / "nothing")
+    # the preference reward reaches it by name (configs: reward.options.scorer=trained, model=DIR)
+    from toolgym.rewards import get_reward
+
+    reward = get_reward("preference", scorer="trained", model=summary["model_dir"], scorer_options={"max_length": 96})
+    assert isinstance(reward.scorer, CrossEncoderPreferenceScorer)
+    with pytest.raises(ValueError, match="needs model="):
+        get_reward("preference", scorer="trained")
