@@ -64,7 +64,8 @@ def main() -> None:
     for name, why in skipped.items():
         md.append(f"**{name}**: skipped ({why})\n")
     payload = {"limit": args.limit, "results": results, "skipped": skipped, "wall_s": time.perf_counter() - start}
-    write_report(args.name, payload, "Retrieval ladder", "\n".join(md))
+    title = "Retrieval ladder" if args.name == "ladder" else f"Retrieval ladder (`--name {args.name}`: {', '.join(results)})"
+    write_report(args.name, payload, title, "\n".join(md))
     print("\n".join(md))
 
 
