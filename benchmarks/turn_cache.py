@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     p = payload
     body = (f"`collect_rollouts` on ToolSearch-v0 (`max_turns: 4`, train split), {args.tasks} tasks x {args.group} "
-            f"rollouts, temperature {args.temperature}, policy `{Path(args.policy).name if '/' in args.policy else args.policy}`, "
+            f"rollouts, temperature {args.temperature}, policy `{args.policy}`, "
             f"{args.repeats} alternated repeats; {p['mean_turns']:.2f} turns per episode.\n\n"
             + markdown_table(["path", "s / batch", "prompt tokens fed"],
                              [["re-encode every turn", p["seconds_per_batch"]["uncached"], p["prompt_tokens_fed"]["uncached"]],
