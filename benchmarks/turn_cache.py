@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     default_policy = ROOT / "runs" / "sft_warmstart" / "model"
-    ap.add_argument("--policy", default=str(default_policy) if default_policy.is_dir() else "smollm2")
+    ap.add_argument("--policy", default=str(default_policy.relative_to(ROOT)) if default_policy.is_dir() else "smollm2")
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=1.0)
