@@ -11,6 +11,10 @@ A constrained policy (``policy.needs_episode``, :mod:`toolgym.agents.constrained
 what each episode showed (:class:`~toolgym.agents.constrained.EpisodeView`: the messages and the
 reset ``info["tool_schemas"]``); its forced tokens get loss mask 0, and the allowed set of each
 restricted sample is kept in ``Rollout.allowed`` (position -> token ids) for the trainer.
+
+A policy whose ``generate_batch`` takes ``turn_cache`` (``HFChatPolicy``) gets one
+:class:`~toolgym.agents.hf_policy.TurnCache` per call: each turn feeds the model only the
+environment's new tokens.
 """
 from __future__ import annotations
 
@@ -128,7 +132,7 @@ def collect_rollouts(policy: ChatPolicy, envs: Sequence[gym.Env], task_refs: Seq
     constrained = bool(getattr(policy, "needs_episode", False))
     # Carry the KV cache between turns (HFChatPolicy): each turn feeds only the env's new tokens.
     turn_cache = None
-    if not constrained and hasattr(policy, "generate_batch") and "turn_cache" in _parameters(policy.generate_batch):
+    if not constrained and "turn_cache" in _parameters(policy.generate_batch):
         from toolgym.agents.hf_policy import TurnCache
 
         turn_cache = TurnCache()
