@@ -120,7 +120,7 @@ def plot(env_id: str, runs: list[dict[str, Any]], out_png: Path) -> Path:
         ax.fill_between(steps, vals.min(0), vals.max(0), alpha=0.2)  # spread over seeds
     ax.set_xlabel("GRPO step")
     ax.set_ylabel("held-out reward (greedy)")
-    ax.set_title(f"{env_id}: credit schemes from one warm start")
+    ax.set_title(f"{env_id}: credit schemes, one warm start", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
