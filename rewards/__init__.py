@@ -16,12 +16,13 @@ from toolgym.rewards.base import (
     register_reward,
     reward_names,
 )
-from toolgym.rewards.search import (  # also registers esm, tca, selection_f1, selection_match, search_recall
+from toolgym.rewards.search import (  # also registers esm, tca, selection_f1, selection_match, search_recall, valid_actions
     ESM,
     TCA,
     SearchRecall,
     SelectionF1,
     SelectionMatch,
+    ValidActions,
     esm_tool_advantages,
     esm_turn_advantages,
     first_discoveries,
@@ -56,7 +57,7 @@ __all__ = [
     # GRPO normalisation
     "grpo_advantage", "grpo_advantage_masked", "is_zero_variance",
     # ToolSearcher credit and outcome rewards
-    "ESM", "TCA", "SelectionF1", "SelectionMatch", "SearchRecall", "first_discoveries", "esm_tool_advantages",
+    "ESM", "TCA", "SelectionF1", "SelectionMatch", "SearchRecall", "ValidActions", "first_discoveries", "esm_tool_advantages",
     "esm_turn_advantages", "tca_gate", "tca_selection_advantages",
     # MagicSelector decomposition rewards and preference scorers
     "Counterfactual", "Preference", "preference_reward", "joint_decomposition_reward", "PreferenceScorer",

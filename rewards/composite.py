@@ -270,6 +270,8 @@ register_scheme("esm_only", [("esm", 1.0), ("tca", 0.0), ("monitors", 0.0)],
                 doc="ablation: ESM search credit alone (TCA logged, weight 0)")
 register_scheme("tca_only", [("esm", 0.0), ("tca", 1.0), ("monitors", 0.0)],
                 doc="ablation: TCA selection credit alone (ESM logged, weight 0)")
+register_scheme("toolsearcher_valid", [("esm", 1.0), ("tca", 1.0), ("valid_actions", 1.0), ("monitors", 0.0)],
+                doc="toolsearcher + GRPO(valid-action share) on every turn: a format term against cut turns")
 register_scheme("magicselector", [("preference", 1.0), ("counterfactual", 1.0), ("monitors", 0.0)],
                 weight_options={"alpha": "preference", "beta": "counterfactual"},
                 doc="GRPO(α·R_pref + β·R_cf); the paper gives no α, β values")

@@ -282,6 +282,21 @@ class SelectionMatch(_OutcomeReward):
         return selection_match(traj.selection, gold)
 
 
+@register_reward("valid_actions")
+class ValidActions(_OutcomeReward):
+    """R_i = 1 − invalid_actions_i / num_turns_i (1 for a rollout of no turns).
+
+    Not from either paper: a format term. ESM's credit is never negative (it sits on discovery
+    events), so under ``esm_only`` / ``toolsearcher`` nothing pushes down a turn the env rejected,
+    e.g. a query cut at the turn's token limit; GRPO-normalised, this term does.
+    """
+
+    name = "valid_actions"
+
+    def reward(self, traj: Trajectory, gold: Collection[str]) -> float:
+        return 1.0 - traj.invalid_actions / traj.num_turns if traj.num_turns > 0 else 1.0
+
+
 @register_reward("search_recall")
 class SearchRecall(_OutcomeReward):
     """R_i = SRecall_i = |G ∩ seen_i| / |G|."""

@@ -207,8 +207,9 @@ def test_monitor_formulas_on_hand_numbers():
 
 # -- registry and config --------------------------------------------------------------------
 def test_registry_lists_modules_and_schemes():
-    assert {"esm", "tca", "counterfactual", "preference", "monitors", "selection_f1"} <= set(reward_names())
-    assert set(scheme_names()) == {"toolsearcher", "esm_only", "tca_only", "magicselector", "grpo_f1", "grpo_match"}
+    assert {"esm", "tca", "counterfactual", "preference", "monitors", "selection_f1", "valid_actions"} <= set(reward_names())
+    assert set(scheme_names()) == {"toolsearcher", "esm_only", "tca_only", "magicselector", "grpo_f1", "grpo_match",
+                                  "toolsearcher_valid"}
     with pytest.raises(KeyError, match="unknown reward module"):
         get_reward("nope")
 
@@ -394,3 +395,24 @@ def test_env_return_reads_the_envs_own_reward():
     joint = build_reward({"modules": [{"module": "env_return", "weight": 2.0}, {"module": "monitors", "weight": 0.0}]})
     group[2].env_reward = 0.5
     np.testing.assert_allclose(joint.score_group(group, task).rewards, [2.0, 0.0, 1.0, 0.0])
+
+
+def test_valid_actions_rewards_the_share_of_accepted_turns_and_pushes_down_rejected_ones():
+    """R = 1 − invalid/turns: [1, .5, 0] -> GRPO: mean .5, population std sqrt(1/6) -> A = ±sqrt(1.5), 0."""
+    task = Task("v", "q", frozenset({"a"}))
+    found = Trajectory("v", events=[SearchEvent(0, "q", None, ["a"])], selection=["a"], terminated_by="submit",
+                       num_turns=2)
+    half = Trajectory("v", events=[SearchEvent(1, "q", None, ["b"])], invalid_actions=1, num_turns=2)
+    cut = Trajectory("v", invalid_actions=2, num_turns=2)  # e.g. two queries cut at the turn's token limit
+    group = [found, half, cut]
+    credit = get_reward("valid_actions").score_group(group, task)
+    assert credit.rewards.tolist() == [1.0, 0.5, 0.0]
+    assert credit.advantages == pytest.approx([math.sqrt(1.5), 0.0, -math.sqrt(1.5)], abs=1e-5)
+    # ESM never scores the rollout that found nothing; the format term is what pushes it down
+    assert get_reward("toolsearcher").score_group(group, task).rollout_turn_advantages(2, 2).tolist() == [0.0, 0.0]
+    with_format = get_reward("toolsearcher_valid").score_group(group, task)
+    assert with_format.rollout_turn_advantages(2, 2) == pytest.approx([-math.sqrt(1.5)] * 2, abs=1e-5)
+    # the rollout that found the gold tool: ESM's z on its search turn, TCA's on its submit turn, +A_valid on both
+    z = (1 - 1 / 3) / math.sqrt(2 / 9)
+    assert with_format.rollout_turn_advantages(0, 2) == pytest.approx([z + math.sqrt(1.5)] * 2, abs=1e-5)
+    assert get_reward("valid_actions").score_group([Trajectory("v")], task).rewards.tolist() == [1.0]  # no turns
