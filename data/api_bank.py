@@ -173,7 +173,7 @@ def load_api_bank(
         apis_path = found[0]
     corpus = _api_bank_corpus(Path(apis_path))
     dropped: dict[str, int] = {}
-    collected = TaskCollector()
+    collected = TaskCollector(opaque_ids="api_bank")
     for file in files:
         _api_bank_dialogue_tasks(file, root, collected, dropped)
     tasks = collected.checked(corpus, missing_gold, dropped)

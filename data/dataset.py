@@ -6,6 +6,7 @@ from the corpus, a task the :class:`~toolgym.data.records.Task` checks refuse - 
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
@@ -13,7 +14,8 @@ from toolgym.data.readers import DatasetFormatError
 from toolgym.data.records import Task
 from toolgym.retrieval.corpus import Tool, ToolCorpus
 
-__all__ = ["Dataset", "TaskCollector", "require_field", "object_schema", "make_tool", "make_corpus", "MISSING_GOLD_MODES"]
+__all__ = ["Dataset", "TaskCollector", "require_field", "object_schema", "make_tool", "make_corpus", "MISSING_GOLD_MODES",
+           "opaque_task_id"]
 
 MISSING_GOLD_MODES = ("error", "drop")
 
@@ -36,8 +38,12 @@ class Dataset:
         return out
 
     def task(self, task_id: str) -> Task:
+        """The task with id ``task_id``, or else with that benchmark id (``Task.source_id``)."""
         for t in self.tasks:
             if t.id == task_id:
+                return t
+        for t in self.tasks:
+            if t.source_id == task_id:
                 return t
         raise KeyError(f"no task {task_id!r} in dataset {self.name!r}")
 
@@ -84,22 +90,39 @@ def make_corpus(tools: Iterable[Tool], name: str, where: str, text_template: str
         raise DatasetFormatError(f"{where}: {exc}") from None
 
 
-class TaskCollector:
-    """Tasks in load order with where each came from; refuses duplicate ids, naming both places."""
+def opaque_task_id(dataset: str, source_id: str) -> str:
+    """``<dataset>-<12 hex digits>``: a SHA-256 of the benchmark's own id, stable across rebuilds
+    and load orders, and carrying no label information (no tool name, no position in a file
+    sorted by tool)."""
+    digest = hashlib.sha256(f"{dataset}\0{source_id}".encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{dataset}-{digest[:12]}"
 
-    def __init__(self) -> None:
+
+class TaskCollector:
+    """Tasks in load order with where each came from; refuses duplicate ids, naming both places.
+
+    ``opaque_ids=<dataset name>`` (what the benchmark loaders pass): the ``id`` given to
+    :meth:`add` is the benchmark's own id; it is kept as ``Task.source_id`` and the task's ``id``
+    becomes :func:`opaque_task_id` of it (an agent sees ``info["task_id"]``).
+    """
+
+    def __init__(self, opaque_ids: str | None = None) -> None:
         self.tasks: list[Task] = []
         self.where: dict[str, str] = {}
+        self.opaque_ids = opaque_ids
 
     def add(self, where: str, make: Callable[[], Task] | None = None, /, **fields: Any) -> Task:
         """Build ``Task(**fields)`` (or call ``make``); a refused task or a repeated id raises
         ``DatasetFormatError`` naming ``where``."""
         try:
             task = make() if make is not None else Task(**fields)
+            if self.opaque_ids is not None and task.source_id is None:
+                task = replace(task, id=opaque_task_id(self.opaque_ids, task.id), source_id=task.id)
         except (KeyError, TypeError, ValueError) as exc:
             raise DatasetFormatError(f"{where}: bad task ({exc})") from None
         if task.id in self.where:
-            raise DatasetFormatError(f"{where}: duplicate task id {task.id!r} (first at {self.where[task.id]})")
+            shown = task.source_id or task.id
+            raise DatasetFormatError(f"{where}: duplicate task id {shown!r} (first at {self.where[task.id]})")
         self.tasks.append(task)
         self.where[task.id] = where
         return task

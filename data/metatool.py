@@ -37,7 +37,7 @@ def load_metatool(
     queries_path: str | Path, tools_path: str | Path | None = None, *, missing_gold: str = "error"
 ) -> Dataset:
     """MetaTool single-tool queries (``all_clean_data.csv``: Query,Tool) over the 199 tools of
-    ``plugin_des.json``. One task per distinct query (``id`` = ``metatool-<CSV line>`` of its
+    ``plugin_des.json``. One task per distinct query (``source_id`` = ``metatool-<CSV line>`` of its
     first row); exact duplicate rows collapse; a query labelled with more than one tool is
     dropped (its label is ambiguous, exact match could not be right); ``Dataset.dropped``
     counts both.
@@ -67,7 +67,7 @@ def load_metatool(
         first_line.setdefault(query, lineno)
         labels.setdefault(query, set()).add(tool)
     dropped = {"duplicate_rows": rows - sum(len(v) for v in labels.values())}
-    collected = TaskCollector()
+    collected = TaskCollector(opaque_ids="metatool")
     ambiguous = 0
     for query, tools in labels.items():
         if len(tools) > 1:
@@ -85,13 +85,13 @@ def load_metatool_multi(
     queries_path: str | Path, tools_path: str | Path | None = None, *, missing_gold: str = "error"
 ) -> Dataset:
     """MetaTool two-tool queries (``multi_tool_query_golden.json``: [{query, tool: [a, b]}]);
-    ``id`` = ``metatool-multi-<record number>``."""
+    ``source_id`` = ``metatool-multi-<record number>``; ``id`` = an opaque hash of it."""
     queries_path, default_tools = _metatool_paths(require_file(queries_path), "multi_tool_query_golden.json")
     corpus = _metatool_corpus(Path(tools_path) if tools_path is not None else default_tools)
     data = read_json(queries_path)
     if not isinstance(data, list):
         raise DatasetFormatError(f"{queries_path}: expected a JSON list of {{query, tool}} records")
-    collected = TaskCollector()
+    collected = TaskCollector(opaque_ids="metatool_multi")
     for i, rec in enumerate(data, start=1):
         where = f"{queries_path}: record {i}"
         gold = require_field(rec, "tool", where, list)

@@ -21,6 +21,10 @@ class Task:
     subtasks: tuple[str, ...] | None = None
     split: str = "test"
     group: str | None = None  # benchmark-specific label, e.g. StableToolBench "G1_instruction"
+    # The benchmark's own id (metadata, never shown to an agent): bundled loaders make ``id`` an
+    # opaque hash of it, because source ids can name the gold tools (API-Bank file names) or
+    # follow the label order (MetaTool rows sorted by tool).
+    source_id: str | None = None
 
     def __post_init__(self) -> None:
         # A task that can never be solved (no gold) or whose query is not text (JSON null would
@@ -39,6 +43,8 @@ class Task:
             raise ValueError(f"task {self.id!r}: gold is empty (a task needs at least one gold tool)")
         if self.category is not None and not isinstance(self.category, str):
             raise ValueError(f"task {self.id!r}: category must be a string or null, got {type(self.category).__name__}")
+        if self.source_id is not None and not isinstance(self.source_id, str):
+            raise ValueError(f"task {self.id!r}: source_id must be a string or null, got {type(self.source_id).__name__}")
         object.__setattr__(self, "gold", frozenset(self.gold))
         object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
         if self.subtasks is not None:
@@ -72,6 +78,8 @@ class Task:
         d["gold"] = sorted(self.gold)
         d["messages"] = [dict(m) for m in self.messages]
         d["subtasks"] = list(self.subtasks) if self.subtasks is not None else None
+        if self.source_id is None:
+            del d["source_id"]
         return d
 
     @classmethod
@@ -85,6 +93,7 @@ class Task:
             subtasks=tuple(d["subtasks"]) if d.get("subtasks") is not None else None,
             split=d.get("split", "test"),
             group=d.get("group"),
+            source_id=d.get("source_id"),
         )
 
 

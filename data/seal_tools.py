@@ -81,7 +81,7 @@ def load_seal_tools(
     tools_path = Path(tools_path) if tools_path is not None else queries_path.parent / "tool.jsonl"
     corpus = _seal_tools_corpus(tools_path)
     split_name = split or queries_path.name.split(".")[0]
-    collected = TaskCollector()
+    collected = TaskCollector(opaque_ids="seal_tools")
     for lineno, rec in iter_jsonl_numbered(queries_path):
         where = f"{queries_path}:{lineno}"
         tid = str(require_field(rec, "id", where, (str, int)))
@@ -100,7 +100,7 @@ def seal_tools_split(
     """Deterministic train / held-out partition of Seal-Tools dev for the trainer.
 
     ``heldout`` = ``heldout_size`` multi-tool tasks (|gold| >= 2) drawn with
-    ``random.Random(seed).sample`` from their ids sorted; ``train`` = every other task (the
+    ``random.Random(seed).sample`` from their Seal-Tools ids (``source_id``) sorted; ``train`` = every other task (the
     single-tool ones included); ``dev`` = all, unchanged. Input order is kept and each returned
     task carries ``split`` = the requested name.
     """
@@ -108,9 +108,9 @@ def seal_tools_split(
         return list(tasks)
     if split not in ("train", "heldout"):
         raise ValueError(f"unknown Seal-Tools split {split!r}: choose dev, train or heldout")
-    multi = sorted(t.id for t in tasks if len(t.gold) >= 2)
+    multi = sorted(t.source_id or t.id for t in tasks if len(t.gold) >= 2)
     if heldout_size > len(multi):
         raise ValueError(f"heldout_size {heldout_size} exceeds the {len(multi)} multi-tool tasks")
     heldout = set(random.Random(seed).sample(multi, heldout_size))
-    keep = (lambda t: t.id in heldout) if split == "heldout" else (lambda t: t.id not in heldout)
+    keep = (lambda t: (t.source_id or t.id) in heldout) if split == "heldout" else (lambda t: (t.source_id or t.id) not in heldout)
     return [replace(t, split=split) for t in tasks if keep(t)]

@@ -55,7 +55,7 @@ def load_stabletoolbench(path: str | Path, *, missing_gold: str = "error") -> Da
     """
     path = require_file(path)
     tools: dict[str, Tool] = {}
-    collected = TaskCollector()
+    collected = TaskCollector(opaque_ids="stabletoolbench")
     for file in _stb_files(path):
         data = read_json(file)
         if not isinstance(data, list):

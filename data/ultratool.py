@@ -71,7 +71,7 @@ def load_ultratool(
     tools_path = Path(tools_path) if tools_path is not None else data_path.parent / "tool_desc.json"
     corpus = _ultratool_corpus(tools_path)
     ids = frozenset(corpus.ids)
-    collected = TaskCollector()
+    collected = TaskCollector(opaque_ids="ultratool")
     for lineno, rec in iter_jsonl_numbered(data_path):
         where = f"{data_path}:{lineno}"
         tid = str(require_field(rec, "id", where, (str, int)))

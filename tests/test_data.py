@@ -27,6 +27,7 @@ from toolgym.data import (
     shared_data_dir,
     ultratool_subtask,
 )
+from toolgym.data.dataset import opaque_task_id
 from toolgym.data.loaders import BUNDLED_DIR, bundled_paths
 from toolgym.data.records import Task
 from toolgym.retrieval.corpus import Tool, ToolCorpus
@@ -106,7 +107,7 @@ def test_seal_tools_split_is_a_seeded_partition(bundled):
     assert {t.split for t in heldout} == {"heldout"} and {t.split for t in train} == {"train"}
     assert [t.id for t in seal_tools_split(dev, "heldout")] == [t.id for t in heldout]
     # Pinned: changing the draw would silently move tasks between training and evaluation.
-    digest = hashlib.sha256(",".join(sorted(t.id for t in heldout)).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(",".join(sorted(t.source_id for t in heldout)).encode()).hexdigest()[:12]
     assert digest == SEAL_HELDOUT_DIGEST
     assert seal_tools_split(dev, "dev") == dev
     with pytest.raises(ValueError, match="dev, train or heldout"):
@@ -213,7 +214,7 @@ def test_api_bank_messages_exclude_the_answer_turn(bundled):
         assert {m["role"] for m in task.messages} <= {"user", "assistant"}
         user_turns = [m["content"] for m in task.messages if m["role"] == "user"]
         # messages = the turns before the query's user turn: never the query, never the reply
-        assert len(user_turns) == int(task.id.rsplit("#", 1)[1]) - 1
+        assert len(user_turns) == int(task.source_id.rsplit("#", 1)[1]) - 1
         assert all(g not in m["content"] for m in task.messages for g in ("API-Request", "param_dict"))
 
 
@@ -268,7 +269,8 @@ def test_seal_tools_loader_reads_any_split_file(tmp_path):
     d = load_seal_tools(split, root / "tool.jsonl")
     corpus, tasks = d.corpus, d.tasks
     assert len(corpus) == 4076
-    assert tasks == [Task(id="test-difficult-7", query="q", gold=frozenset({"getWaterQuality", "findShelter"}), split="test", group="difficult")]
+    assert tasks == [Task(id=opaque_task_id("seal_tools", "test-difficult-7"), query="q", gold=frozenset({"getWaterQuality", "findShelter"}),
+                      split="test", group="difficult", source_id="test-difficult-7")]
 
 
 def test_stabletoolbench_loader_reads_one_file():
@@ -283,7 +285,7 @@ def test_api_bank_loader_reads_one_dialogue():
     f = _need_shared() / "api_bank" / "api-bank" / "lv1-lv2-samples" / "level-1-given-desc" / "AddAgenda-level-1-1.jsonl"
     d = load_api_bank(f)
     corpus, tasks = d.corpus, d.tasks
-    assert len(corpus) == 101 and [t.id for t in tasks] == ["level-1-given-desc/AddAgenda-level-1-1#5"]
+    assert len(corpus) == 101 and [t.source_id for t in tasks] == ["level-1-given-desc/AddAgenda-level-1-1#5"]
 
 
 def test_toolgym_jsonl_round_trip(tmp_path):
@@ -431,7 +433,7 @@ def test_csv_with_byte_order_mark_keeps_its_header(tmp_path):
     f.write_bytes("\ufeffQuery,Tool\nWhat is the weather?,WeatherTool\n".encode("utf-8"))
     d = load_metatool(f, root / "plugin_des.json")
     tasks, dropped = d.tasks, d.dropped
-    assert [(t.id, t.query, t.gold) for t in tasks] == [("metatool-2", "What is the weather?", frozenset({"WeatherTool"}))]
+    assert [(t.source_id, t.query, t.gold) for t in tasks] == [("metatool-2", "What is the weather?", frozenset({"WeatherTool"}))]
     assert dropped == {"duplicate_rows": 0, "ambiguous_queries": 0}
 
 

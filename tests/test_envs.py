@@ -11,6 +11,7 @@ from gymnasium.utils.env_checker import check_env
 from gymnasium.utils.env_checker import data_equivalence
 
 import toolgym.envs  # noqa: F401  (registers the ids)
+from toolgym.data.dataset import opaque_task_id
 from toolgym.data.records import Task
 from toolgym.envs import BUILTIN_IDS, CategoryCurriculum, ToolSearchEnv, shared_dataset, unavailable_reason
 from toolgym.retrieval.corpus import Tool, ToolCorpus
@@ -286,8 +287,9 @@ def test_batched_vector_env_matches_sync_and_batches_searches(monkeypatch):
 
 def test_vector_reset_with_one_task_per_env_and_repeated_queries_searched_once(monkeypatch):
     venv = gymnasium.make_vec("toolgym/ToolSearch-v0", num_envs=4)
-    _, infos = venv.reset(options={"tasks": ["dev-easy-0"] * 2 + ["dev-easy-1"] * 2})
-    assert infos["task_id"].tolist() == ["dev-easy-0", "dev-easy-0", "dev-easy-1", "dev-easy-1"]
+    first, second = opaque_task_id("seal_tools", "dev-easy-0"), opaque_task_id("seal_tools", "dev-easy-1")
+    _, infos = venv.reset(options={"tasks": [first] * 2 + [second] * 2})
+    assert infos["task_id"].tolist() == [first, first, second, second]
     index = venv.envs[0].index
     calls = []
     original = index.search_batch
