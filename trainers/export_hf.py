@@ -1,0 +1,271 @@
+"""``toolgym export-hf ENV_ID --out DIR``: an env's tasks and corpus as a Hugging Face ``datasets`` folder.
+
+:func:`task_rows` is the one row builder for every trainer that reads tasks from a file: the
+``datasets`` export here (what TRL's ``GRPOTrainer`` and verifiers read), ``toolgym export-verl``
+(verl's ``RLHFDataset`` layout, :mod:`toolgym.trainers.export_verl`) and the TRL integration
+(:mod:`toolgym.integrations.trl`). Each row is one task of the env, reset on that task:
+
+* ``prompt``: the opening chat for a trainer that renders the tool schemas itself through the
+  chat template (TRL, verifiers): the env's system prompt *without* its ``# Tools`` block, then
+  the task's prior turns and the request. For an env without tools (``Decompose``) it equals
+  ``env_prompt``;
+* ``env_prompt``: the env's own opening chat (``info["messages"]``): the system prompt with the
+  function schemas and the call format, what a local rollout and verl's agent loop start from;
+* ``tools``: the OpenAI function schemas of the episode, as JSON (``"[]"`` without tools);
+* ``task_id``, ``index``, ``split``, ``query``, ``gold`` (sorted ids), ``env_id``, ``env_kwargs``
+  (JSON), and ``task``: the whole :class:`~toolgym.data.records.Task` as JSON, so ``toolgym eval
+  --tasks DIR`` reads the tasks back exactly.
+
+The folder: ``README.md`` (the dataset card: counts, source and licence, how the tasks were
+derived, the two configs), ``tasks/<split>.parquet`` and ``corpus/tools.parquet``::
+
+    import datasets
+    tasks = datasets.load_dataset(DIR, "tasks", split="train")
+    corpus = datasets.load_dataset(DIR, "corpus", split="train")
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from toolgym.trainers.cli import check_output_dir
+
+TOOLS_HEADER = "\n\n# Tools\n\n"  # where toolgym's hermes system prompt starts its schema block
+TASKS_CONFIG, CORPUS_CONFIG = "tasks", "corpus"
+CORPUS_FILE = "corpus/tools.parquet"
+MAX_ENV_KWARGS_CHARS = 65_536  # a few gymnasium.make keywords; longer input is refused unparsed
+
+
+def check_max_tasks(max_tasks: int | None) -> None:
+    """``--max-tasks`` is a count: None (all) or at least 1; 0 and negatives are refused."""
+    if max_tasks is None:
+        return
+    if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1:
+        raise ValueError(f"--max-tasks must be a positive integer, got {max_tasks!r}")
+
+
+def parse_env_kwargs(text: str) -> dict[str, Any]:
+    """``--env-kwargs`` JSON: an object of ``gymnasium.make`` keywords, capped before parsing."""
+    if len(text) > MAX_ENV_KWARGS_CHARS:
+        raise ValueError(f"--env-kwargs is longer than {MAX_ENV_KWARGS_CHARS} characters")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--env-kwargs is not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise ValueError("--env-kwargs is nested too deeply") from None
+    if not isinstance(value, dict):
+        raise ValueError("--env-kwargs must be a JSON object")
+    return value
+
+
+def instructions_prompt(messages: list[dict[str, Any]], has_tools: bool) -> list[dict[str, str]]:
+    """The env's opening chat without the schema block of its system prompt (the chat template adds it)."""
+    out = [{"role": m["role"], "content": m["content"]} for m in messages]
+    if has_tools and out and out[0]["role"] == "system":
+        head, sep, _ = out[0]["content"].partition(TOOLS_HEADER)
+        if not sep:  # search_r1 prompts describe the tags in prose: keep them whole
+            return out
+        out[0] = {"role": "system", "content": head}
+    return out
+
+
+def make_env(env_id: str, split: str | None = None, env_kwargs: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    """``gymnasium.make(env_id, split=split, **env_kwargs)`` and the keywords it was built with."""
+    import gymnasium
+
+    import toolgym.envs  # noqa: F401  (registers the ids)
+
+    if env_id not in gymnasium.registry:
+        raise KeyError(f"unknown env id {env_id!r}; see `toolgym envs`")
+    kwargs = dict(env_kwargs or {})
+    if split is not None:
+        kwargs["split"] = split
+    return gymnasium.make(env_id, **kwargs), kwargs
+
+
+def task_rows(env_id: str, split: str | None = None, env_kwargs: dict[str, Any] | None = None,
+              max_tasks: int | None = None, env: Any = None) -> list[dict[str, Any]]:
+    """One row per task of ``env_id`` built with ``split`` (and ``env_kwargs``): the module docstring's columns."""
+    check_max_tasks(max_tasks)
+    own = env is None
+    if own:
+        env, kwargs = make_env(env_id, split, env_kwargs)
+    else:
+        kwargs = dict(env_kwargs or {})
+        if split is not None:
+            kwargs["split"] = split
+    tasks = list(env.unwrapped.tasks)
+    if split is not None:
+        tasks = [t for t in tasks if t.split == split] or tasks
+    if max_tasks is not None:
+        tasks = tasks[:max_tasks]
+    rows = []
+    try:
+        for index, task in enumerate(tasks):
+            _, info = env.reset(seed=index, options={"task": task.id})
+            schemas = info.get("tool_schemas") or []
+            rows.append({
+                "task_id": task.id,
+                "index": index,
+                "split": split or task.split,
+                "query": task.query,
+                "gold": sorted(task.gold),
+                "prompt": instructions_prompt(info["messages"], bool(schemas)),
+                "env_prompt": [{"role": m["role"], "content": m["content"]} for m in info["messages"]],
+                "tools": json.dumps(schemas),
+                "env_id": env_id,
+                "env_kwargs": json.dumps(kwargs, sort_keys=True),
+                "task": json.dumps(task.to_dict(), sort_keys=True),
+            })
+    finally:
+        if own:
+            env.close()
+    return rows
+
+
+def source_info(corpus_name: str) -> dict[str, Any]:
+    """The bundled manifest's source (repo, commit, licence) of a corpus, or {} for other data."""
+    from importlib import resources
+
+    try:
+        manifest = json.loads(resources.files("toolgym.data").joinpath("bundled/manifest.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return dict((manifest.get(corpus_name) or {}).get("source") or {})
+
+
+def dataset_card(env_id: str, kwargs: dict[str, Any], splits: dict[str, int], corpus: Any, kind: str) -> str:
+    """README.md of the export: YAML configs for ``datasets``, counts, licence, how tasks were derived."""
+    source = source_info(corpus.name)
+    licence = source.get("licence", "other")
+    yaml_licence = licence.lower() if licence != "other" else "other"
+    lines = ["---", f"license: {yaml_licence}", "pretty_name: " + json.dumps(f"toolgym {env_id}"), "configs:",
+             f"- config_name: {TASKS_CONFIG}", "  data_files:"]
+    for split in splits:
+        lines += [f"  - split: {split}", f"    path: tasks/{split}.parquet"]
+    lines += [f"- config_name: {CORPUS_CONFIG}", "  data_files:", "  - split: train", f"    path: {CORPUS_FILE}", "---", ""]
+    counts = "\n".join(f"| `{s}` | {n} |" for s, n in splits.items())
+    where = (f"[{source['repo']}]({source['repo']}) at commit `{source.get('commit', '?')}`, licence {licence}"
+             if source else f"the user's own data (`{corpus.name}`); check its licence before publishing")
+    lines += [
+        f"# toolgym {env_id}",
+        "",
+        f"Tasks of the toolgym environment `{env_id}` ({kind}) and the tool corpus it searches, written by",
+        f"`toolgym export-hf {env_id}`. Environment keywords: `{json.dumps(kwargs, sort_keys=True)}`.",
+        "",
+        "| split | tasks |", "|---|---|", counts, "",
+        f"Corpus: {len(corpus)} tools, {len(corpus.categories)} categories.",
+        "",
+        "## Source and licence",
+        "",
+        f"Derived from {where}. The tasks and tools were converted to toolgym's records by its",
+        "loader for this benchmark (fields not needed for tool retrieval dropped); the licence of the",
+        "source applies to this export.",
+        "",
+        "## How the tasks were derived",
+        "",
+        "Each row is the env reset on one task (`options={'task': task_id}`): `env_prompt` is the",
+        "env's own opening chat (system prompt with the function schemas and call format, prior",
+        "dialogue, request); `prompt` is the same chat without the schema block, for trainers whose",
+        "chat template renders `tools` itself (TRL, verifiers); `tools` holds the OpenAI schemas as",
+        "JSON; `gold` the gold tool ids (never shown to a policy); `task` the whole toolgym `Task` as",
+        "JSON (`toolgym eval --tasks DIR` reads it back).",
+        "",
+        "```python",
+        "import datasets",
+        f'tasks = datasets.load_dataset(DIR, "{TASKS_CONFIG}", split="{next(iter(splits))}")',
+        f'corpus = datasets.load_dataset(DIR, "{CORPUS_CONFIG}", split="train")',
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def corpus_rows(corpus: Any) -> list[dict[str, Any]]:
+    """One row per tool; ``parameters`` as JSON (their shapes differ from tool to tool)."""
+    return [{"id": t.id, "name": t.name, "description": t.description, "category": t.category,
+             "parameters": json.dumps(t.parameters, sort_keys=True)} for t in corpus]
+
+
+def write_parquet(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    import pandas as pd
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    return path
+
+
+def export_hf(env_id: str, out: str | Path, splits: list[str] | None = None, env_kwargs: dict[str, Any] | None = None,
+              max_tasks: int | None = None) -> dict[str, int]:
+    """Write the folder of the module docstring; returns the task count per split."""
+    check_max_tasks(max_tasks)
+    out = Path(out)
+    counts: dict[str, int] = {}
+    corpus = kind = None
+    kwargs_seen: dict[str, Any] = dict(env_kwargs or {})
+    for split in splits or [None]:
+        env, kwargs = make_env(env_id, split, env_kwargs)
+        try:
+            rows = task_rows(env_id, split, env_kwargs, max_tasks, env=env)
+            corpus = env.unwrapped.corpus
+        finally:
+            env.close()
+        if not rows:
+            raise ValueError(f"{env_id} has no tasks in split {split!r}")
+        name = split or rows[0]["split"]
+        kind = "tool search" if json.loads(rows[0]["tools"]) else "decomposition"
+        write_parquet(rows, out / "tasks" / f"{name}.parquet")
+        counts[name] = len(rows)
+        kwargs_seen = {k: v for k, v in kwargs.items() if k != "split"}
+    write_parquet(corpus_rows(corpus), out / CORPUS_FILE)
+    (out / "README.md").write_text(dataset_card(env_id, kwargs_seen, counts, corpus, kind), encoding="utf-8")
+    return counts
+
+
+def is_export_dir(path: str | Path) -> bool:
+    p = Path(path)
+    return p.is_dir() and (p / CORPUS_FILE).exists() and (p / "tasks").is_dir()
+
+
+def load_export(path: str | Path, split: str | None = None) -> tuple[Any, list[Any]]:
+    """``(ToolCorpus, tasks)`` of an :func:`export_hf` folder, read with ``datasets``; ``split`` picks one split."""
+    import datasets
+
+    from toolgym.data.records import Task
+    from toolgym.retrieval.corpus import Tool, ToolCorpus
+
+    path = Path(path)
+    if not is_export_dir(path):
+        raise FileNotFoundError(f"{path}: not a toolgym export-hf folder (needs {CORPUS_FILE} and tasks/*.parquet)")
+    tools = datasets.load_dataset(str(path), CORPUS_CONFIG, split="train")
+    corpus = ToolCorpus([Tool(r["id"], r["name"], r["description"], r["category"], json.loads(r["parameters"] or "{}"))
+                         for r in tools], name=path.name)
+    available = sorted(p.stem for p in (path / "tasks").glob("*.parquet"))
+    if split is not None and split not in available:
+        raise ValueError(f"{path}: no split {split!r}; splits here: {available}")
+    tasks = []
+    for name in [split] if split else available:
+        for row in datasets.load_dataset(str(path), TASKS_CONFIG, split=name):
+            tasks.append(Task.from_dict(json.loads(row["task"])))
+    return corpus, tasks
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env_id", help="a registered env id (toolgym envs), e.g. toolgym/ToolSearch-v0")
+    parser.add_argument("--out", required=True, help="output folder (README.md, tasks/<split>.parquet, corpus/tools.parquet)")
+    parser.add_argument("--split", action="append", default=None,
+                        help="task split to export (repeat for several; default: the env's tasks as built)")
+    parser.add_argument("--max-tasks", type=int, default=None, help="export only the first N tasks of each split")
+    parser.add_argument("--env-kwargs", default="{}", help='JSON object of gymnasium.make keyword arguments')
+
+
+def run(args: argparse.Namespace) -> int:
+    check_max_tasks(args.max_tasks)
+    check_output_dir(args.out, "--out")
+    counts = export_hf(args.env_id, args.out, args.split, parse_env_kwargs(args.env_kwargs), args.max_tasks)
+    print(f"wrote {sum(counts.values())} tasks ({', '.join(f'{k}: {v}' for k, v in counts.items())}) to {args.out}")
+    return 0
