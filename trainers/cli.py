@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("toolgym.trainers.replay_cmd", "re-score saved rollouts under several reward schemes"),
     "train": ("toolgym.trainers.train_cmd", "train a policy with local GRPO from a YAML config"),
     "export-verl": ("toolgym.trainers.export_verl", "write an env's tasks as the parquet dataset verl reads"),
+    "export-hf": ("toolgym.trainers.export_hf", "write an env's tasks and corpus as a Hugging Face datasets folder (parquet + card)"),
     "fit-retriever": ("toolgym.trainers.fit_retriever", "fine-tune the MiniLM bi-encoder (InfoNCE + mined hard negatives)"),
     "fit-reranker": ("toolgym.trainers.fit_reranker", "train the cross-encoder reranker: point-wise, list-wise, self-distilled"),
     "fit-preference": ("toolgym.trainers.fit_preference", "train the decomposition preference scorer s(x, y) on UltraTool pairs"),

@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_argument_group("data")
     src.add_argument("--dataset", help="bundled dataset name (see toolgym.data.dataset_names())")
     src.add_argument("--split", default=None, help="dataset split, where the dataset has several")
-    src.add_argument("--tasks", help="tasks JSONL (Task records) — with --corpus, instead of --dataset")
+    src.add_argument("--tasks", help="tasks JSONL (Task records) with --corpus, or a `toolgym export-hf` folder "
+                                     "(its corpus inside; --split picks one split) — instead of --dataset")
     src.add_argument("--corpus", help="corpus JSONL (Tool records)")
     src.add_argument("--limit", type=positive_int, default=None, help="evaluate the first N tasks only")
     ret = parser.add_argument_group("retriever mode")
@@ -99,12 +100,18 @@ def load_eval_data(args: argparse.Namespace) -> tuple[str, ToolCorpus, list[Task
     if args.dataset:
         ds = load_dataset(args.dataset, split=args.split)
         name, corpus, tasks = ds.name, ds.corpus, list(ds.tasks)
+    elif args.tasks and not args.corpus and Path(args.tasks).is_dir():
+        # a `toolgym export-hf` folder (datasets parquet): corpus and tasks both inside it
+        from toolgym.trainers.export_hf import load_export
+
+        corpus, tasks = load_export(args.tasks, split=args.split)
+        name = Path(args.tasks).name
     elif args.tasks and args.corpus:
         loaded = load_corpus_and_tasks(args.corpus, args.tasks)
         corpus, tasks = loaded.corpus, loaded.tasks
         name = Path(args.tasks).stem
     else:
-        raise ValueError("give --dataset NAME, or both --tasks PATH and --corpus PATH")
+        raise ValueError("give --dataset NAME, both --tasks PATH and --corpus PATH, or --tasks EXPORT_DIR")
     check_unique_task_ids(tasks, args.tasks or name)
     if args.limit is not None:
         if args.limit < 1:
