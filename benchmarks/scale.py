@@ -189,8 +189,10 @@ def main() -> None:
     args = p.parse_args()
     import ray
 
+    from toolgym.trainers.ray_rollout import init_ray
+
     load_before = os.getloadavg()[0]
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    init_ray(num_cpus=os.cpu_count())  # local, on loopback
     try:
         rollouts = bench_rollouts(args, ray)
         retrieval = bench_retrieval(args, ray)

@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 
 import toolgym.envs  # noqa: F401
 from toolgym.agents.hf_policy import Generation, HFChatPolicy, load_tokenizer, tiny_causal_lm
-from toolgym.trainers.ray_rollout import RayRollout, RemoteIndex, RetrievalServer, weights_payload
+from toolgym.trainers.ray_rollout import RayRollout, RemoteIndex, RetrievalServer, init_ray, weights_payload
 from toolgym.trainers.rollout import rollout_groups
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
@@ -52,7 +52,7 @@ class SlowScriptedPolicy(HFChatPolicy):
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024 * 1024, log_to_driver=False)
+    init_ray(num_cpus=2, object_store_memory=200 * 1024 * 1024)  # local, on loopback
     yield
     ray.shutdown()
 

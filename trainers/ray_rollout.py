@@ -16,20 +16,86 @@
   the local backend's for the same seeds; with several, greedy rollouts are equal and sampled
   ones are reproducible for the same (seed, num_workers) (each chunk draws its own stream).
 
+* **Network**: a local cluster (:func:`init_ray` with no address) stays on loopback and sends
+  nothing off the machine (see :func:`init_ray`).
+
 ``ray.init(address="auto")`` (``rollout.address: auto``) joins a running cluster; see docs/scale.md.
 """
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Sequence
+import contextlib
+import os
+from typing import Any, Callable, Iterator, Sequence
 
-import ray
-import torch
+# Before Ray is imported: Ray reads it when it starts and when its processes start.
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import ray  # noqa: E402
+import torch  # noqa: E402
 
 from toolgym.trainers.rollout import Rollout, collect_rollouts
 
 RETRIEVAL_PREFIX = "toolgym-retrieval"
 MAX_CHUNK_RETRIES = 3
+
+
+# -- a local cluster that stays on this machine ---------------------------------------------------
+#: Environment of every process of a local cluster. Each line closes one way out, as found by
+#: auditing the sockets of a default ``ray.init()`` (tests/test_ray_rollout.py keeps the audit):
+LOCAL_RAY_ENV = {
+    # no usage report
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # Ray's single-machine mode: the node IP is 127.0.0.1 instead of the address a UDP "connect"
+    # to a public DNS server reveals, so every server binds loopback (the name is Ray's)
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    # The dashboard's usage module asks the cloud metadata address (169.254.169.254) which cloud
+    # it runs on even with usage stats off (Ray 2.60, ``usage_stats_head.run``); HTTP through a
+    # closed loopback port fails at once instead. Loopback traffic itself goes direct.
+    "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
+    "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+    "no_proxy": "localhost,127.0.0.1,::1", "NO_PROXY": "localhost,127.0.0.1,::1",
+}
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` updated for the duration (Ray's processes inherit it when they start)."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def init_ray(address: str | None = None, **kwargs: Any) -> None:
+    """Start (``address`` None or ``"local"``) or join (``"auto"``, ``"ray://..."``, ``host:port``) Ray.
+
+    A local cluster is started with :data:`LOCAL_RAY_ENV`, node IP 127.0.0.1 and no dashboard:
+    every Ray server listens on loopback and no process connects to, or looks up, anything off
+    the machine. The driver's own environment is restored afterwards; Ray's processes keep it.
+    Joining a cluster is the user's explicit choice and only turns usage stats off.
+    ``kwargs`` go to ``ray.init`` (``num_cpus``, ``object_store_memory``...).
+    """
+    if ray.is_initialized():
+        return
+    if address not in (None, "local"):
+        ray.init(address=address, **kwargs)
+        return
+    from ray._private import ray_constants  # the driver read the mode at import; children read the env
+
+    single, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
+    try:
+        with _environ(LOCAL_RAY_ENV):
+            ray.init(address="local", _node_ip_address="127.0.0.1",
+                     **{"include_dashboard": False, "log_to_driver": False, **kwargs})
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = single
 
 
 # -- retrieval ----------------------------------------------------------------------------------
@@ -209,8 +275,7 @@ class RayRollout:
                  shared_retrieval: bool = True):
         if int(num_workers) < 1:
             raise ValueError(f"rollout.num_workers must be >= 1, got {num_workers}")
-        if not ray.is_initialized():
-            ray.init(address=address, **(init_kwargs or {}))
+        init_ray(address, **(init_kwargs or {}))
         self.policy_factory = policy_factory
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
