@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
+import os
+import stat
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -25,6 +28,7 @@ __all__ = [
     "iter_jsonl",
     "iter_jsonl_numbered",
     "json_depth",
+    "non_regular_kind",
     "open_text",
     "read_json",
     "read_jsonl",
@@ -42,14 +46,56 @@ class DatasetFormatError(ValueError):
     """A dataset file is truncated or malformed; the message names the file and line."""
 
 
-def open_text(path: Path) -> IO[str]:
-    """Open a text file, gunzipping ``.gz``.
+_KINDS = ((stat.S_ISLNK, "symbolic link"), (stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO (named pipe)"),
+          (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
 
-    utf-8-sig: a byte-order mark (common in CSVs saved by spreadsheets) must not rename a column.
+
+def _kind(mode: int) -> str | None:
+    return None if stat.S_ISREG(mode) else next((name for test, name in _KINDS if test(mode)), "special file")
+
+
+def non_regular_kind(path: str | Path, *, follow_symlinks: bool = False) -> str | None:
+    """What is at ``path`` when it is neither a regular file nor absent: ``"FIFO (named pipe)"``,
+    ``"character device"``, ``"symbolic link"`` (unless ``follow_symlinks``)...; else None."""
+    try:
+        mode = os.stat(path, follow_symlinks=follow_symlinks).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return _kind(mode)
+
+
+def open_text(path: Path) -> IO[str]:
+    """Open a regular text file, gunzipping ``.gz``; anything else (a FIFO, a device) is refused.
+
+    The file is opened non-blocking and checked with ``fstat`` before any read, so a FIFO can
+    neither hang the reader nor be swapped in after a check. utf-8-sig: a byte-order mark
+    (common in CSVs saved by spreadsheets) must not rename a column.
     """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    kind = _kind(os.fstat(fd).st_mode)
+    if kind is not None:
+        os.close(fd)
+        raise DatasetFormatError(f"{path}: is a {kind}, not a regular file")
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    raw = os.fdopen(fd, "rb")
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return open(path, encoding="utf-8-sig", newline="")
+        return io.TextIOWrapper(_OwningGzipFile(raw), encoding="utf-8-sig", newline="")
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+
+
+class _OwningGzipFile(gzip.GzipFile):
+    """A ``GzipFile`` over an open binary file that it closes too (``GzipFile`` leaves it open)."""
+
+    def __init__(self, raw: IO[bytes]):
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 def require_file(path: str | Path) -> Path:
@@ -64,6 +110,9 @@ def _require_regular_file(path: str | Path) -> Path:
     path = require_file(path)
     if path.is_dir():
         raise DatasetFormatError(f"{path}: is a directory, expected a file")
+    kind = non_regular_kind(path, follow_symlinks=True)
+    if kind is not None:  # open_text checks again on the open descriptor
+        raise DatasetFormatError(f"{path}: is a {kind}, not a regular file")
     return path
 
 

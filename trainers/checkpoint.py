@@ -130,16 +130,31 @@ def load_optimizer(checkpoint: str | Path, optimizer: Any) -> None:
 
 
 # -- JSON files of a run --------------------------------------------------------------------
+def refuse_non_regular(path: str | Path, what: str = "output", *, follow_symlinks: bool = False) -> None:
+    """``ValueError`` when ``path`` exists and is not a regular file: a device node, a FIFO, a
+    socket, or a symbolic link (refused rather than replaced or followed: ``os.replace`` would
+    put a regular file where a device node was). Missing and regular paths pass. Readers pass
+    ``follow_symlinks=True`` (a link to a regular file reads fine; a FIFO would hang)."""
+    from toolgym.data.readers import non_regular_kind
+
+    kind = non_regular_kind(path, follow_symlinks=follow_symlinks)
+    if kind is not None:
+        raise ValueError(f"{what} {path}: is a {kind}, not a regular file; give a regular file path")
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` via a temporary file, fsync and ``os.replace``: readers (and a resumed run)
-    see the old file or the new one, never half of one."""
+    see the old file or the new one, never half of one. A path holding anything but a regular
+    file (a device node, a FIFO, a symlink) is refused, never replaced (:func:`refuse_non_regular`)."""
     path = Path(path)
+    refuse_non_regular(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        refuse_non_regular(path)  # again: the rename must never replace what appeared meanwhile
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -154,6 +169,7 @@ def write_json(path: str | Path, obj: Any) -> None:
 def read_json(path: str | Path) -> Any:
     """Parse a JSON file; a damaged one is a ``ValueError`` naming the file and the position."""
     path = Path(path)
+    refuse_non_regular(path, "file", follow_symlinks=True)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -166,6 +182,7 @@ def read_json(path: str | Path) -> Any:
 # -- metrics.jsonl --------------------------------------------------------------------------
 def append_metrics_line(path: str | Path, row: dict[str, Any]) -> None:
     """Append one step's metrics as one JSON line, flushed to disk before the step is checkpointed."""
+    refuse_non_regular(path)
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
         f.flush()
@@ -179,6 +196,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     bad line is a ``ValueError`` naming ``file:line``.
     """
     path = Path(path)
+    refuse_non_regular(path, "file", follow_symlinks=True)
     text = path.read_text(encoding="utf-8", errors="replace")
     lines = text.split("\n")
     rows: list[dict[str, Any]] = []

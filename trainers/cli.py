@@ -68,12 +68,19 @@ def one_line(exc: BaseException) -> str:
 
 
 def check_output_file(path: str | Path | None, flag: str) -> None:
-    """Fail now if ``path`` cannot become a file: it is a folder, or a parent is a file."""
+    """Fail now if ``path`` cannot become a regular file: it is a folder, a parent is a file, or
+    something other than a regular file is there (a device node such as ``/dev/full``, a FIFO,
+    a socket, a symbolic link: refused, never replaced nor followed)."""
+    from toolgym.data.readers import non_regular_kind
+
     if path is None:
         return
     p = Path(path)
     if str(path).endswith(("/", os.sep)) or p.is_dir():
         raise ValueError(f"{flag} {path}: is a folder; give a file path")
+    kind = non_regular_kind(p)
+    if kind is not None:
+        raise ValueError(f"{flag} {path}: is a {kind}, not a regular file; give a regular file path")
     _check_parents(p, flag)
 
 

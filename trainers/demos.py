@@ -138,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--env-kwargs is not JSON: {exc}") from None
     if not isinstance(env_kwargs, dict):
         raise ValueError("--env-kwargs must be a JSON object")
+    from toolgym.trainers.cli import check_output_file
+
+    check_output_file(args.out, "--out")  # before the episodes, not after them
     split = None if str(args.split).lower() == "none" else args.split
     agents = [a.strip() for a in args.agent.split(",") if a.strip()]
     groups, stats = collect_demos(args.env_id, agents, split=split, min_reward=args.min_reward, limit=args.limit,
