@@ -12,11 +12,15 @@ settings of a resumed run differ from the checkpoint's where they must not.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pickle
+import re
 import shutil
+import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,7 @@ WEIGHTS_FILE = "trainable.pt"
 OPTIMIZER_FILE = "optimizer.pt"
 # A metrics line is one step's scalars and task ids (~1-10 kB); anything far larger is not ours.
 MAX_METRICS_LINE_CHARS = 1_000_000
+STEP_FOLDER = re.compile(r"step_(\d+)")
 
 
 def trainable_state(model: Any) -> dict[str, Any]:
@@ -53,12 +58,23 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: Any, 
     return final
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
+def _step_folders(run_dir: str | Path) -> list[tuple[int, Path]]:
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    return sorted(p for p in root.glob("step_*") if (p / STATE_FILE).exists())
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_FOLDER.fullmatch(p.name))]
+    return sorted(found, key=lambda item: item[0])
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run (``state.json`` and ``trainable.pt`` both there), oldest first
+    by step number."""
+    return [p for _, p in _step_folders(run_dir) if (p / STATE_FILE).exists() and (p / WEIGHTS_FILE).exists()]
+
+
+def incomplete_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Step folders with a ``state.json`` but no ``trainable.pt`` (a damaged checkpoint), oldest first."""
+    return [p for _, p in _step_folders(run_dir) if (p / STATE_FILE).exists() and not (p / WEIGHTS_FILE).exists()]
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -71,8 +87,15 @@ def read_state(checkpoint: str | Path) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"{checkpoint} is not a toolgym checkpoint (no {STATE_FILE})")
     state = read_json(path)
-    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+    step = state.get("step") if isinstance(state, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool):
         raise ValueError(f"{path}: not a toolgym checkpoint state (needs an integer 'step')")
+    if step < 0:
+        raise ValueError(f"{path}: step {step} is negative; the checkpoint is damaged")
+    folder = STEP_FOLDER.fullmatch(Path(checkpoint).name)
+    if folder and int(folder.group(1)) != step:
+        raise ValueError(f"{path}: says step {step} but its folder is {Path(checkpoint).name}; "
+                         "the checkpoint is damaged or was moved: fix or delete it")
     return state
 
 
@@ -83,6 +106,9 @@ def load_tensors(path: str | Path) -> Any:
     """
     import torch
 
+    if not Path(path).exists():
+        raise FileNotFoundError(f"{path}: missing; the checkpoint is incomplete")
+    refuse_non_regular(path, "file", follow_symlinks=True)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -195,11 +221,16 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     A last line cut short by a kill (no closing newline, not valid JSON) is dropped; any other
     bad line is a ``ValueError`` naming ``file:line``.
     """
+    return [row for _, row in read_metrics_numbered(path)]
+
+
+def read_metrics_numbered(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """:func:`read_metrics` with each row's line number."""
     path = Path(path)
     refuse_non_regular(path, "file", follow_symlinks=True)
     text = path.read_text(encoding="utf-8", errors="replace")
     lines = text.split("\n")
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[int, dict[str, Any]]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -215,22 +246,111 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
                 break
             msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or type(exc).__name__
             raise ValueError(f"{path}:{number}: not a metrics line ({msg})") from None
-        rows.append(row)
+        rows.append((number, row))
     return rows
 
 
-def keep_metrics_before(path: str | Path, step: int) -> list[dict[str, Any]]:
+@dataclass
+class MetricsPlan:
+    """What resuming at ``step`` does to ``metrics.jsonl``: the rows it keeps, and what it found."""
+
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # one line each: bad steps, duplicates, gaps, redone steps
+
+
+def _lines(numbers: list[int]) -> str:
+    shown = ", ".join(map(str, numbers[:5]))
+    return f"line {shown}" if len(numbers) == 1 else f"lines {shown}" + (f" (+{len(numbers) - 5} more)" if len(numbers) > 5 else "")
+
+
+def plan_metrics(path: str | Path, step: int) -> MetricsPlan:
+    """Read ``metrics.jsonl`` for a resume at ``step`` without touching it.
+
+    Kept: the first line of each step ``0 <= s < step``. Dropped and said: lines whose ``step``
+    is missing or not an integer, repeats of a step, and steps ``>= step`` (logged after the
+    checkpoint, so they are redone). Said: steps before ``step`` with no line (they cannot be
+    recovered; the plot has a hole there).
+    """
+    path = Path(path)
+    plan = MetricsPlan()
+    if not path.exists():
+        return plan
+    bad: list[int] = []
+    repeated: list[int] = []
+    later: list[int] = []
+    seen: set[int] = set()
+    for number, row in read_metrics_numbered(path):
+        s = row.get("step")
+        if not isinstance(s, int) or isinstance(s, bool) or s < 0:
+            bad.append(number)
+        elif s >= step:
+            later.append(number)
+        elif s in seen:
+            repeated.append(number)
+        else:
+            seen.add(s)
+            plan.kept.append(row)
+    plan.kept.sort(key=lambda r: r["step"])
+    if bad:
+        plan.notes.append(f"{path}: dropped {len(bad)} line(s) without a non-negative integer 'step' ({_lines(bad)})")
+    if repeated:
+        plan.notes.append(f"{path}: dropped {len(repeated)} repeated step line(s), the first of each kept ({_lines(repeated)})")
+    if later:
+        plan.notes.append(f"{path}: dropped {len(later)} line(s) of steps >= {step}, logged after the checkpoint; "
+                          "they are redone")
+    if len(seen) < step:  # a gap (the first few named; the scan stops there, so it stays bounded)
+        examples = list(itertools.islice((s for s in range(step) if s not in seen), 5))
+        plan.notes.append(f"{path}: no line for {step - len(seen)} step(s) before {step} (e.g. step "
+                          f"{', '.join(map(str, examples))}); those steps are not logged")
+    return plan
+
+
+def keep_metrics_before(path: str | Path, step: int, plan: MetricsPlan | None = None) -> list[dict[str, Any]]:
     """Rewrite ``metrics.jsonl`` with only the rows of steps before ``step`` (the resume point).
 
     Steps logged after the newest checkpoint (a kill between logging and saving) are redone, so
-    their lines go. The file is replaced atomically: a kill here keeps the old file whole.
+    their lines go; so do lines without an integer step and repeated steps (:func:`plan_metrics`,
+    whose notes are printed on stderr). The file is replaced atomically: a kill here keeps the
+    old file whole.
     """
     path = Path(path)
     if not path.exists():
         return []
-    kept = [r for r in read_metrics(path) if r.get("step", -1) < step]
-    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
-    return kept
+    plan = plan if plan is not None else plan_metrics(path, step)
+    for note in plan.notes:
+        print(f"warning: {note}", file=sys.stderr)
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in plan.kept))
+    return plan.kept
+
+
+@dataclass
+class ResumePlan:
+    """Where a resume starts (``checkpoint`` None: step 0) and what it does to the metrics."""
+
+    checkpoint: Path | None
+    step: int
+    metrics: MetricsPlan
+    skipped: list[Path] = field(default_factory=list)  # newer step folders that are incomplete
+
+
+def plan_resume(run_dir: str | Path, steps: int | None = None) -> ResumePlan:
+    """Check everything a resume of ``run_dir`` relies on, writing nothing: the newest complete
+    checkpoint (newer incomplete ones, e.g. without ``trainable.pt``, are skipped and named), its
+    state against its folder (:func:`read_state`) and against ``train.steps``, and the metrics
+    lines (:func:`plan_metrics`). A bad state or metrics file raises ``ValueError`` before any
+    file is touched."""
+    run_dir = Path(run_dir)
+    latest = latest_checkpoint(run_dir)
+    skipped = [p for p in incomplete_checkpoints(run_dir)
+               if latest is None or int(STEP_FOLDER.fullmatch(p.name).group(1)) > int(STEP_FOLDER.fullmatch(latest.name).group(1))]
+    if latest is None and skipped:
+        raise ValueError(f"{skipped[-1]}: no {WEIGHTS_FILE} (an incomplete checkpoint) and no earlier complete "
+                         "checkpoint to fall back to: delete it to start again from step 0")
+    step = int(read_state(latest)["step"]) if latest is not None else 0
+    if steps is not None and step > steps:
+        raise ValueError(f"{latest}: the checkpoint is at step {step}, past train.steps={steps}: "
+                         "raise train.steps to train on, or choose another run_dir")
+    return ResumePlan(latest, step, plan_metrics(run_dir / "metrics.jsonl", step), skipped)
 
 
 # -- resuming with a changed config ---------------------------------------------------------

@@ -11,6 +11,7 @@ checkpoint with no lost or repeated step (:func:`resume_from_checkpoint`).
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -32,10 +33,13 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
 
     cfg = as_config(cfg)
     t, seed, run_dir = cfg.train, int(cfg.seed), Path(cfg.run_dir)
-    if not resume and ckpt.latest_checkpoint(run_dir) is not None:
-        raise ValueError(f"{run_dir} already holds checkpoints: pass --resume to continue, or choose another run_dir")
-    if resume and (latest := ckpt.latest_checkpoint(run_dir)) is not None:
-        ckpt.check_resume(latest, to_plain(cfg))  # before any model is built: say what differs, not a tensor-size error
+    plan = None
+    if not resume:
+        check_fresh_run_dir(run_dir)
+    else:  # every check a resume relies on, before any file is touched or any model is built
+        plan = ckpt.plan_resume(run_dir, int(t.steps))
+        if plan.checkpoint is not None:
+            ckpt.check_resume(plan.checkpoint, to_plain(cfg))  # say what differs, not a tensor-size error
     # Everything a config can get wrong fails here, before the model loads.
     envs = make_envs(cfg.env.id, training_env_kwargs(cfg), t.group_size * t.tasks_per_step)
     tasks = env_tasks(envs[0])[: t.max_tasks or None]
@@ -49,7 +53,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     evals = eval_run("before", policy, run_dir, resume)
     policy.model = apply_lora(policy.model, to_plain(cfg.grpo.lora))  # generate with the adapter being trained
     trainer = GRPOTrainer(policy.model, to_plain(cfg.grpo), temperature=cfg.sampling.temperature)
-    start_step = resume_from_checkpoint(run_dir, trainer) if resume else 0
+    start_step = resume_from_checkpoint(run_dir, trainer, plan) if resume else 0
     rollout_fn, backend = rollout_backend(cfg, trainer.model)
 
     bar = tqdm(total=t.steps, initial=start_step, desc="GRPO", disable=not progress)
@@ -218,22 +222,37 @@ def make_evaluation(cfg: Any, progress: bool) -> Any:
     return run
 
 
-def resume_from_checkpoint(run_dir: Path, trainer: Any) -> int:
-    """Load the newest checkpoint's weights and optimiser into ``trainer``; drop metric lines of
-    steps after it (a run killed between logging and saving redoes them once). Returns the next step."""
+def check_fresh_run_dir(run_dir: Path) -> None:
+    """A run without ``--resume`` must not mix with an earlier one: no checkpoint, no metrics lines."""
     from toolgym.trainers import checkpoint as ckpt
 
-    latest = ckpt.latest_checkpoint(run_dir)
-    if latest is None:
+    if ckpt.latest_checkpoint(run_dir) is not None or ckpt.incomplete_checkpoints(run_dir):
+        raise ValueError(f"{run_dir} already holds checkpoints: pass --resume to continue, or choose another run_dir")
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists() and (not metrics.is_file() or metrics.stat().st_size):
+        raise ValueError(f"{metrics} already holds an earlier run's metrics (and no checkpoint): a new run would "
+                         "append to them; choose another run_dir, delete the file, or pass --resume to start "
+                         "again from step 0 (its lines are dropped)")
+
+
+def resume_from_checkpoint(run_dir: Path, trainer: Any, plan: Any = None) -> int:
+    """Load the newest complete checkpoint's weights and optimiser into ``trainer``; drop metric
+    lines of steps after it (a run killed between logging and saving redoes them once) and lines
+    that cannot be placed, saying so. ``plan``: :func:`~toolgym.trainers.checkpoint.plan_resume`'s,
+    made before anything was touched. Returns the next step."""
+    from toolgym.trainers import checkpoint as ckpt
+
+    plan = plan if plan is not None else ckpt.plan_resume(run_dir)
+    for folder in plan.skipped:
+        print(f"warning: {folder}: no {ckpt.WEIGHTS_FILE} (an incomplete checkpoint); skipped", file=sys.stderr)
+    if plan.checkpoint is None:
         print(f"no checkpoint in {run_dir}: starting from step 0")
-        step = 0
     else:
-        ckpt.load_weights(latest, trainer.model)
-        ckpt.load_optimizer(latest, trainer.optimizer)
-        step = int(ckpt.read_state(latest)["step"])
-        print(f"resuming from {latest} at step {step}")
-    ckpt.keep_metrics_before(run_dir / "metrics.jsonl", step)  # atomic rewrite, tolerant of a half-written line
-    return step
+        ckpt.load_weights(plan.checkpoint, trainer.model)
+        ckpt.load_optimizer(plan.checkpoint, trainer.optimizer)
+        print(f"resuming from {plan.checkpoint} at step {plan.step}")
+    ckpt.keep_metrics_before(run_dir / "metrics.jsonl", plan.step, plan.metrics)  # atomic rewrite
+    return plan.step
 
 
 # -- one step ---------------------------------------------------------------------------------
