@@ -160,6 +160,9 @@ def _fake_checkpoint(run_dir: Path, config_path: str, step: int = 1) -> Path:
     folder = run_dir / "checkpoints" / f"step_{step:06d}"
     folder.mkdir(parents=True)
     ckpt.write_json(folder / ckpt.STATE_FILE, {"config": to_plain(load_config(config_path)), "step": step})
+    import torch
+
+    torch.save({}, folder / ckpt.WEIGHTS_FILE)  # a complete checkpoint has its weights file
     return folder
 
 
