@@ -8,6 +8,13 @@
 ``--out``: per-component means per scheme (a ``zero_var`` mean is the share of zero-variance
 groups), and for every pair of schemes the per-turn advantage sign agreement and Spearman rank
 correlation over the (rollout, turn) cells both scored.
+
+A rollouts file is input from anywhere, and its gold decides every reward. With ``--dataset``
+each group is checked before scoring (:func:`verify_groups`): its task id must name a task of
+the dataset, its gold must be that task's gold, every trajectory must belong to it and every
+search result must be a tool of the corpus; a group that fails is refused, and scored groups use
+the dataset's own task. ``--corpus`` checks the results only. Refused and skipped groups are
+said on stdout; without ``--dataset`` the output says that the file's own gold is trusted.
 """
 from __future__ import annotations
 
@@ -30,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheme", action="append", required=True, metavar="NAME|CONFIG.yaml",
                         help=f"reward scheme to score with (repeatable): one of {scheme_names()} or a YAML reward config")
     parser.add_argument("--out", default="replay_report", help="folder for replay.json / replay.md / replay.png")
-    parser.add_argument("--dataset", default=None, help="dataset whose tool corpus schemes that retrieve search (e.g. magicselector)")
+    parser.add_argument("--dataset", default=None,
+                        help="dataset to check every group's task, gold and results against; its corpus is what "
+                             "schemes that retrieve search (e.g. magicselector)")
     parser.add_argument("--corpus", default=None, help="a tool corpus JSONL instead of --dataset")
     parser.add_argument("--retriever", default="bm25", choices=("bm25", "dense", "hybrid"), help="retriever for those schemes")
 
@@ -44,20 +53,31 @@ class SchemeScores:
     skipped: dict[int, str] = field(default_factory=dict)
 
 
-def make_retrieve(dataset: str | None, corpus_path: str | None, method: str) -> Callable[[list[str], int], list[list[tuple[str, float]]]] | None:
-    """``retrieve(queries, k)`` over a dataset's (or a JSONL file's) corpus, or None if neither given."""
-    if dataset is None and corpus_path is None:
-        return None
-    from toolgym.retrieval.index import build_index
+def load_reference(dataset: str | None, corpus_path: str | None) -> tuple[Any, Any]:
+    """(the dataset or None, the tool corpus or None) that ``--dataset`` / ``--corpus`` name
+    (``--corpus`` is the corpus when both are given)."""
+    loaded = corpus = None
+    if dataset is not None:
+        from toolgym.data.loaders import load_dataset
 
+        loaded = load_dataset(dataset)
+        corpus = loaded.corpus
     if corpus_path is not None:
         from toolgym.data import load_corpus
 
         corpus = load_corpus(corpus_path)
-    else:
-        from toolgym.data.loaders import load_dataset
+    return loaded, corpus
 
-        corpus = load_dataset(dataset).corpus
+
+def make_retrieve(dataset: str | None, corpus_path: str | None, method: str,
+                  corpus: Any = None) -> Callable[[list[str], int], list[list[tuple[str, float]]]] | None:
+    """``retrieve(queries, k)`` over a dataset's (or a JSONL file's, or ``corpus``) tools, or None if none given."""
+    if corpus is None:
+        if dataset is None and corpus_path is None:
+            return None
+        corpus = load_reference(dataset, corpus_path)[1]
+    from toolgym.retrieval.index import build_index
+
     index = build_index(corpus, method)
 
     def retrieve(queries: list[str], k: int) -> list[list[tuple[str, float]]]:
@@ -96,6 +116,46 @@ def build_scheme(spec: str, retrieve: Callable | None) -> tuple[str, Any]:
         return label, build_reward(config, retrieve=retrieve)
     except (KeyError, ValueError) as exc:  # one line naming the --scheme it came from (KeyError without quotes)
         raise ValueError(f"--scheme {spec}: {exc.args[0] if exc.args else exc}") from None
+
+
+def _group_problem(task: Task, trajs: list[Trajectory], dataset: Any, corpus: Any) -> tuple[Task, str | None]:
+    """(the task to score with, why the group is refused or None)."""
+    from toolgym.envs.actions import clip
+
+    if dataset is not None:
+        try:
+            known = dataset.task(task.id)
+        except KeyError:
+            return task, f"task id {clip(task.id)!r} is not a task of dataset {dataset.name!r}"
+        if known.gold != task.gold:
+            return task, (f"task {clip(task.id)!r}: the file's gold {sorted(task.gold)[:5]} is not dataset "
+                          f"{dataset.name!r}'s {sorted(known.gold)[:5]}")
+        task = known
+    foreign = sorted({t.task_id for t in trajs} - {task.id, task.source_id or task.id})
+    if dataset is not None and foreign:
+        return task, f"task {clip(task.id)!r}: trajectories of another task ({clip(foreign[0])!r})"
+    if corpus is not None:
+        unknown = sorted({r for t in trajs for e in t.events for r in e.results if r not in corpus})
+        if unknown:
+            return task, (f"task {clip(task.id)!r}: {len(unknown)} search result id(s) not in corpus "
+                          f"{corpus.name!r} (e.g. {clip(unknown[0])!r})")
+    return task, None
+
+
+def verify_groups(groups: list[tuple[Task, list[Trajectory]]], dataset: Any = None,
+                  corpus: Any = None) -> tuple[list[tuple[Task, list[Trajectory]]], dict[int, str]]:
+    """The groups to score and the refused ones (index -> reason), checked against ``dataset``
+    (task ids, gold, trajectories' task ids; scored with the dataset's task) and ``corpus``
+    (every search result id must exist). Neither given: every group, unchecked."""
+    kept: list[tuple[Task, list[Trajectory]]] = []
+    refused: dict[int, str] = {}
+    for gi, (task, trajs) in enumerate(groups):
+        task, problem = _group_problem(task, trajs, dataset, corpus)
+        if problem is None:
+            kept.append((task, trajs))
+        else:
+            refused[gi] = problem
+    return kept, refused
 
 
 def score_all(name: str, reward: Any, groups: list[tuple[Task, list[Trajectory]]]) -> SchemeScores:
@@ -169,6 +229,12 @@ def summarise(scores: SchemeScores, groups: list[tuple[Task, list[Trajectory]]])
 
 def markdown_report(path: str, report: dict[str, Any]) -> str:
     lines = [f"# Replay of `{path}`", "", f"{report['groups']} groups, {report['rollouts']} rollouts.", ""]
+    if report.get("gold_trusted"):
+        lines += ["The file's own task ids and gold were trusted (no `--dataset`).", ""]
+    elif report.get("checked_against"):
+        lines += [f"Checked against {report['checked_against']}: {len(report['groups_refused'])} of "
+                  f"{report['groups_in_file']} groups refused.", ""]
+        lines += [f"- group {n}: {reason}" for n, reason in report["groups_refused"].items()] + [""]
     for name, s in report["schemes"].items():
         lines += [f"## {name}", "", f"scored {s['groups_scored']} groups, skipped {s['groups_skipped']}"
                   + (f" ({'; '.join(s['skip_reasons'])})" if s["skip_reasons"] else ""), "",
@@ -221,6 +287,25 @@ def plot_report(out: Path, report: dict[str, Any], scored: list[SchemeScores], g
     return path
 
 
+def print_checks(report: dict[str, Any]) -> None:
+    """What was checked and what was refused or skipped, on stdout (not only in the report files)."""
+    if report["gold_trusted"]:
+        print("note: no --dataset given: the file's own task ids and gold are trusted, unchecked"
+              + (f"; results checked against {report['checked_against']}" if report["checked_against"] else "")
+              + " (give --dataset NAME to check them)")
+    else:
+        print(f"checked {report['groups_in_file']} groups against {report['checked_against']}: "
+              f"{report['groups']} kept, {len(report['groups_refused'])} refused")
+    for number, reason in list(report["groups_refused"].items())[:10]:
+        print(f"refused group {number}: {reason}")
+    if len(report["groups_refused"]) > 10:
+        print(f"... and {len(report['groups_refused']) - 10} more refused groups (replay.json lists them all)")
+    for name, s in report["schemes"].items():
+        if s["groups_skipped"]:
+            print(f"{name}: skipped {s['groups_skipped']} of {s['groups_scored'] + s['groups_skipped']} groups "
+                  f"({'; '.join(s['skip_reasons'])})")
+
+
 def print_table(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -242,11 +327,20 @@ def print_table(report: dict[str, Any]) -> None:
                       f"Spearman ρ {fmt(c['spearman'])} over {c['cells']} (rollout, turn) cells")
 
 
-def replay(path: str, schemes: list[str], out: str | Path, retrieve: Callable | None = None) -> dict[str, Any]:
-    """Score ``path`` under ``schemes``; write the report files under ``out``; return the report."""
+def replay(path: str, schemes: list[str], out: str | Path, retrieve: Callable | None = None,
+           dataset: Any = None, corpus: Any = None) -> dict[str, Any]:
+    """Score ``path`` under ``schemes``; write the report files under ``out``; return the report.
+
+    ``dataset`` / ``corpus``: check the groups first (:func:`verify_groups`); refused groups are
+    not scored, and when every group is refused it is an error."""
     groups = read_rollouts(path)
     if not groups:
         raise ValueError(f"{path} holds no rollout groups")
+    total = len(groups)
+    groups, refused = verify_groups(groups, dataset, corpus)
+    if not groups:
+        against = f"dataset {dataset.name!r}" if dataset is not None else f"corpus {corpus.name!r}"
+        raise ValueError(f"{path}: all {total} groups refused against {against} (group 1: {next(iter(refused.values()))})")
     built = [build_scheme(s, retrieve) for s in schemes]
     labels = [label for label, _ in built]
     if len(set(labels)) != len(labels):
@@ -254,6 +348,11 @@ def replay(path: str, schemes: list[str], out: str | Path, retrieve: Callable | 
     scored = [score_all(label, reward, groups) for label, reward in built]
     report = {
         "rollouts_file": str(path),
+        "checked_against": (f"dataset {dataset.name}" if dataset is not None
+                            else f"corpus {corpus.name} (results only)" if corpus is not None else None),
+        "gold_trusted": dataset is None,
+        "groups_in_file": total,
+        "groups_refused": {str(gi + 1): reason for gi, reason in refused.items()},
         "groups": len(groups),
         "rollouts": sum(len(t) for _, t in groups),
         "schemes": {s.name: summarise(s, groups) for s in scored},
@@ -271,9 +370,11 @@ def run(args: argparse.Namespace) -> int:
     from toolgym.trainers.cli import check_output_dir
 
     check_output_dir(args.out, "--out")  # before the scoring, not after it
-    retrieve = make_retrieve(args.dataset, args.corpus, args.retriever)
-    report = replay(args.rollouts, args.scheme, args.out, retrieve)
+    dataset, corpus = load_reference(args.dataset, args.corpus)
+    retrieve = make_retrieve(args.dataset, args.corpus, args.retriever, corpus=corpus)
+    report = replay(args.rollouts, args.scheme, args.out, retrieve, dataset=dataset, corpus=corpus)
     print_table(report)
+    print_checks(report)
     print(f"wrote {args.out}/replay.json, replay.md, replay.png")
     # A scheme that could score none of the groups is a failed comparison.
     return 1 if any(s["groups_scored"] == 0 for s in report["schemes"].values()) else 0
