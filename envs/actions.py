@@ -5,8 +5,9 @@ makes of a policy turn; the ``Literal`` types name the protocols and category mo
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Literal, Union, get_args
+from typing import Any, Literal, Union, get_args
 
 ProtocolName = Literal["hermes", "search_r1"]
 CategoryMode = Literal["off", "optional", "required"]
@@ -66,6 +67,26 @@ def check_category_mode(mode: str) -> str:
     if mode not in CATEGORY_MODES:
         raise ValueError(f"unknown category mode {mode!r}; choose one of {CATEGORY_MODES}")
     return mode
+
+
+def check_count(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an ``int`` >= ``minimum``; a bool, a fraction (``2.7``), inf/NaN or a string
+    is a ``ValueError`` naming the setting, never silently rounded (``int(2.7)`` is 2,
+    ``int(True)`` is 1, ``int(inf)`` an ``OverflowError``)."""
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {type(value).__name__} {clip(repr(value))}")
+    if isinstance(value, numbers.Integral):
+        out = int(value)
+    else:
+        f = float(value)
+        if not math.isfinite(f) or not f.is_integer():
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {clip(repr(value))}")
+        out = int(f)
+    if out < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {out}")
+    return out
 
 
 def clip(text: str, limit: int = 80) -> str:

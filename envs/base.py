@@ -12,7 +12,7 @@ fresh copy, once per episode); each ``step`` hands out only what it added, as
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -159,7 +159,9 @@ class ToolEnv(gymnasium.Env[str, str]):
         self._closed = False
 
     def _start(self, seed: int | None, options: dict[str, Any] | None) -> tuple[Task, dict[str, Any]]:
-        """Seed, check ``options`` (unknown keys, ``progress``) and pick the task."""
+        """Seed, check ``options`` (a mapping; unknown keys, ``progress``) and pick the task."""
+        if options is not None and not isinstance(options, Mapping):
+            raise ValueError(f"reset options must be a dict (or None), got {type(options).__name__}")
         super().reset(seed=seed)
         options = dict(options or {})
         unknown = set(options) - self.reset_options

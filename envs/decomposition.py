@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolgym.data.records import Task, Trajectory
-from toolgym.envs.actions import ACTION_MAX_CHARS
+from toolgym.envs.actions import ACTION_MAX_CHARS, check_count
 from toolgym.envs.base import Episode, ToolEnv, action_text
 from toolgym.envs.syntax import strip_thinking
 from toolgym.retrieval.corpus import ToolCorpus
@@ -82,8 +82,7 @@ class DecompositionEnv(ToolEnv):
         retriever_options: dict[str, Any] | None = None,
         render_mode: str | None = None,
     ):
-        if k < 1 or max_subtasks < 1:
-            raise ValueError("k and max_subtasks must be >= 1")
+        k, max_subtasks = check_count("k", k, 1), check_count("max_subtasks", max_subtasks, 1)
         if fusion not in FUSION_METHODS:
             raise ValueError(f"unknown fusion {fusion!r}; choose one of {FUSION_METHODS}")
         super().__init__(corpus, tasks, index, split=split, retriever=retriever,

@@ -26,6 +26,7 @@ from toolgym.envs.actions import (
     check_protocol,
 )
 from toolgym.envs.base import Episode, ToolEnv, action_text
+from toolgym.envs.actions import check_count
 from toolgym.envs.checks import check_action
 from toolgym.envs.curriculum import CategoryCurriculum
 from toolgym.envs.prompts import system_prompt, tool_schemas
@@ -114,8 +115,9 @@ class ToolSearchEnv(ToolEnv):
         retriever_options: dict[str, Any] | None = None,
         render_mode: str | None = None,
     ):
-        if max_turns < 1 or top_k < 1 or token_budget < 0 or max_query_tokens < 1:
-            raise ValueError("max_turns, top_k and max_query_tokens must be >= 1 and token_budget >= 0")
+        max_turns, top_k = check_count("max_turns", max_turns, 1), check_count("top_k", top_k, 1)
+        token_budget = check_count("token_budget", token_budget, 0)
+        max_query_tokens = check_count("max_query_tokens", max_query_tokens, 1)
         check_category_mode(category_mode)
         check_protocol(protocol)
         if isinstance(final_reward, str):

@@ -13,7 +13,7 @@ it and ignores its action; it draws a new task with the other options of the las
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,8 @@ class BatchedToolSearchVectorEnv(VectorEnv):
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[tuple[str, ...], dict[str, Any]]:
+        if options is not None and not isinstance(options, Mapping):
+            raise ValueError(f"reset options must be a dict (or None), got {type(options).__name__}")
         options = dict(options or {})
         mask = self._reset_mask(options.pop("reset_mask", None))
         tasks = options.pop("tasks", None)
