@@ -293,6 +293,26 @@ class HFChatPolicy:
         self.end_ids = end_token_ids(model, tokenizer)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_ids[0])
         self.glue = ChatGlue.from_tokenizer(tokenizer, self.end_ids, tool_role=tool_role)
+        self._lean: Any = None  # the lean decoder's weights, re-read from self.model per engine
+
+    def decode_engine(self, capacity: int, length_hint: int = 1024) -> Any:
+        """A :class:`~toolgym.agents.decoding.DecodeEngine` over the model's current weights, or None
+        where ``sampling.engine`` is ``generate`` or the model is not one the lean decoder runs."""
+        from toolgym.agents.decoding import DecodeEngine, LeanWeights, lean_supported, sampling_dtype
+
+        s = self.sampling
+        if type(self).generate_batch is not HFChatPolicy.generate_batch:
+            return None  # a subclass that samples its own way (scripted test policies) keeps it
+        if s.engine == "generate" or not lean_supported(self.model):
+            if s.engine == "lean":
+                raise ValueError(f"sampling.engine=lean: {type(self.model).__name__} is not a Llama-family model")
+            return None
+        dtype = sampling_dtype(s.precision, self.device)
+        if self._lean is None or self._lean.dtype != dtype or self._lean.device != self.device:
+            self._lean = LeanWeights(self.model, dtype)
+        else:
+            self._lean.refresh(self.model)  # the trainer may have updated the weights since
+        return DecodeEngine(self._lean, self.tokenizer, s, self.end_ids, capacity, length_hint)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, sampling: SamplingConfig | dict | None = None,
@@ -359,15 +379,20 @@ class HFChatPolicy:
     @torch.no_grad()
     def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int | None = None,
                        turn_cache: TurnCache | None = None) -> list[Generation]:
-        """Sample one turn for each token-id prompt (one batched ``model.generate`` call).
+        """Sample one turn for each token-id prompt.
 
-        With ``turn_cache`` (one per rollout, see :class:`TurnCache`) a prompt that extends a row the
+        With the lean decoder (:meth:`decode_engine`) all prompts decode together in one
+        :class:`~toolgym.agents.decoding.DecodeEngine`; otherwise in one batched ``model.generate``
+        call, where with ``turn_cache`` (one per rollout, see :class:`TurnCache`) a prompt that extends a row the
         cache holds is fed only its new tokens, and the cache is updated for the next turn; a batch
         some prompt of which extends no row is encoded afresh, identical prompts once. Sampling is
         unchanged: the same distribution, up to float rounding.
         """
         if not prompts:
             return []
+        engine = self.decode_engine(len(prompts), max(len(p) for p in prompts) + int(max_new_tokens or self.sampling.max_new_tokens))
+        if engine is not None:
+            return self._generate_lean(engine, prompts, max_new_tokens)
         was_training = self.model.training
         self.model.eval()  # before the shared prefill too: no dropout in any forward of a rollout
         try:
@@ -375,6 +400,19 @@ class HFChatPolicy:
         finally:
             if was_training:
                 self.model.train()
+
+    def _generate_lean(self, engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int | None) -> list[Generation]:
+        if max_new_tokens:
+            from dataclasses import replace
+
+            engine.sampling = replace(engine.sampling, max_new_tokens=int(max_new_tokens))
+        engine.add(list(enumerate(prompts)))
+        out: dict[int, Generation] = {}
+        while len(engine):
+            for key, gen in engine.step():
+                out[key] = gen
+                engine.remove(key)
+        return [out[i] for i in range(len(prompts))]
 
     def _generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int | None,
                   turn_cache: TurnCache | None) -> list[Generation]:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 TOOL_CALL_STOP = "</tool_call>"
+PRECISIONS = ("auto", "bfloat16", "float32")
+ENGINES = ("auto", "lean", "generate")
 
 
 @dataclass
@@ -28,6 +30,14 @@ class SamplingConfig:
             Keep only the ``top_k`` most likely tokens (``0`` = all). Not applied to log-probs either.
         stop_strings (`tuple[str, ...]`, defaults to `("</tool_call>",)`):
             The turn ends once the generated text contains one of them.
+        precision (`str`, defaults to `"auto"`):
+            The sampler's weight dtype: ``bfloat16``, ``float32``, or ``auto`` (bf16 where the
+            CPU has AMX / AVX512-BF16 or the GPU supports it, float32 elsewhere). The trainer
+            keeps float32 master weights either way; ``grpo.tis_cap`` corrects the mismatch.
+        engine (`str`, defaults to `"auto"`):
+            ``lean`` decodes with :mod:`toolgym.agents.decoding` (a Llama-family model: bf16,
+            preallocated KV cache, rows that finish a turn go on at once), ``generate`` with
+            ``model.generate`` one turn at a time, ``auto`` = lean where the model supports it.
     """
 
     max_new_tokens: int = 256
@@ -35,9 +45,15 @@ class SamplingConfig:
     top_p: float = 1.0
     top_k: int = 0
     stop_strings: tuple[str, ...] = (TOOL_CALL_STOP,)
+    precision: str = "auto"
+    engine: str = "auto"
 
     def __post_init__(self) -> None:
         self.stop_strings = tuple(self.stop_strings)
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"sampling.precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"sampling.engine must be one of {ENGINES}, got {self.engine!r}")
 
 
 @dataclass

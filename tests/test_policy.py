@@ -55,7 +55,7 @@ def _sharp_tiny(tokenizer, seed):
 def test_turn_cache_feeds_only_new_tokens_and_generates_what_a_fresh_encoding_would(tokenizer):
     from toolgym.agents.hf_policy import TurnCache
 
-    policy = HFChatPolicy(_sharp_tiny(tokenizer, seed=1), tokenizer, {"max_new_tokens": 6, "temperature": 0.0})
+    policy = HFChatPolicy(_sharp_tiny(tokenizer, seed=1), tokenizer, {"max_new_tokens": 6, "temperature": 0.0, "engine": "generate"})
     a = policy.encode_prompt(MESSAGES)
     b = policy.encode_prompt([MESSAGES[0], {"role": "user", "content": "x"}])
     # Make row 2 end early (a greedy token of its own ends the turn), so the cache holds masked pads after it.
@@ -88,7 +88,7 @@ def test_turn_cache_feeds_only_new_tokens_and_generates_what_a_fresh_encoding_wo
 def test_turn_cache_samples_what_a_fresh_encoding_samples(tokenizer):
     from toolgym.agents.hf_policy import TurnCache
 
-    policy = HFChatPolicy(_sharp_tiny(tokenizer, seed=2), tokenizer, {"max_new_tokens": 5, "temperature": 1.0})
+    policy = HFChatPolicy(_sharp_tiny(tokenizer, seed=2), tokenizer, {"max_new_tokens": 5, "temperature": 1.0, "engine": "generate"})
     prompt = policy.encode_prompt(MESSAGES)
     cache = TurnCache()
     torch.manual_seed(0)

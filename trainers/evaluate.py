@@ -202,7 +202,7 @@ def evaluate(actor: Any, envs: Sequence[Any], tasks: Sequence[Task], *, group_si
              save_rollouts: str | Path | None = None) -> dict[str, Any]:
     """Run ``group_size`` episodes of ``actor`` on each task; metrics, their standard errors, ``per_task``.
 
-    ``actor`` is a :class:`ChatPolicy` (episodes in batches of ``len(envs)``) or an agent (one
+    ``actor`` is a :class:`ChatPolicy` (at most ``len(envs)`` episodes at once) or an agent (one
     episode at a time in ``envs[0]``). Episode ``g`` of task ``j`` resets with seed
     ``seed + j * group_size + g``. ``per_task[task_id]`` holds the task's mean reward and metrics
     (fractions), over its ``group_size`` episodes.
@@ -220,15 +220,12 @@ def evaluate(actor: Any, envs: Sequence[Any], tasks: Sequence[Task], *, group_si
     if mode == "policy":
         from toolgym.trainers.rollout import collect_rollouts
 
-        width = max(1, len(envs))
-        for start in range(0, len(jobs), width):
-            chunk = jobs[start:start + width]
-            rollouts = collect_rollouts(actor, envs[: len(chunk)], [t.id for t, _ in chunk],
-                                        seeds=[seed + k for _, k in chunk], max_context_tokens=max_context_tokens,
-                                        reset_options=reset_options)
-            episodes += [(r.trajectory, r.env_return) for r in rollouts]
-            generated += sum(r.generated_tokens for r in rollouts)
-            bar.update(len(chunk))
+        # at most len(envs) episodes at once; a finished episode's env takes the next task
+        rollouts = collect_rollouts(actor, envs, [t.id for t, _ in jobs], seeds=[seed + k for _, k in jobs],
+                                    max_context_tokens=max_context_tokens, reset_options=reset_options,
+                                    on_episode=bar.update)
+        episodes += [(r.trajectory, r.env_return) for r in rollouts]
+        generated += sum(r.generated_tokens for r in rollouts)
     else:
         if hasattr(actor, "bind_env"):  # the oracle reads gold from the env, by design
             actor.bind_env(envs[0].unwrapped)
@@ -370,11 +367,17 @@ def build_policy(model_cfg: Mapping[str, Any], sampling: Any) -> Any:
 
     from toolgym.agents.constrained import constrain_policy
     from toolgym.agents.hf_policy import HFChatPolicy
-    from toolgym.trainers.config import model_source
+    from toolgym.trainers.config import MODEL_DTYPES, model_source
 
     model = SimpleNamespace(**{"init_from": None, "dtype": None, "device": None, "constrained": None, **dict(model_cfg)})
+    if model.dtype is not None and model.dtype not in MODEL_DTYPES:
+        raise ValueError(f"model.dtype={model.dtype!r}: must be one of {', '.join(MODEL_DTYPES)} or null")
     policy = HFChatPolicy.from_pretrained(model_source(model), sampling=sampling, dtype=model.dtype,
                                           device=pick_device(model.device))
+    if model.dtype not in (None, "auto"):  # tiny-llama is built, not loaded: the dtype applies to it too
+        import torch
+
+        policy.model.to(getattr(torch, model.dtype))
     return constrain_policy(policy, model.constrained)
 
 

@@ -32,7 +32,7 @@ import torch
 from toolgym.trainers.config import GRPOConfig
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "TokenBatch", "clipped_surrogate", "grpo_token_loss", "inert_sequences", "kl_k3",
-           "response_logprobs", "token_advantages", "trajectory_token_advantages"]
+           "response_logprobs", "token_advantages", "trajectory_token_advantages", "truncated_importance_weight"]
 
 
 @dataclass
@@ -48,6 +48,8 @@ class TokenBatch:
     advantages: list[np.ndarray]
     old_logprobs: list[torch.Tensor] | None = None  # per sequence, one value per masked position
     ref_logprobs: list[torch.Tensor] | None = None
+    # the sampler's log-probs, one per masked position (None: the sampler reported none)
+    sampling_logprobs: list[torch.Tensor | None] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     allowed: list[dict[int, Sequence[int]] | None] | None = None
 
@@ -107,6 +109,17 @@ def inert_sequences(batch: TokenBatch, kl_coef: float) -> set[int]:
         return set()
     return {i for i, (mask, adv) in enumerate(zip(batch.loss_mask, batch.advantages))
             if not np.any(np.asarray(adv)[np.asarray(mask, dtype=bool)])}
+
+
+def truncated_importance_weight(train_logp: torch.Tensor, sample_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance sampling (TIS) weight per token: ``w = min(π_train / π_sample, C)``
+    ``= min(exp(log π_train − log π_sample), C)``.
+
+    ``π_train`` is the trainer's old policy (its own recomputed log-probs, float32 master weights),
+    ``π_sample`` the sampler's (bf16) probability of the same token; the weight multiplies the
+    token's clipped-surrogate loss and carries no gradient (as verl's ``tis_imp_ratio_cap``).
+    """
+    return torch.exp(train_logp.detach() - sample_logp).clamp(max=float(cap))
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -304,6 +317,8 @@ class GRPOTrainer:
         tokens_seen = skipped_tokens = 0
         inert = inert_sequences(batch, cfg.kl_coef)
         grad_norms = []
+        tis_weights: list[torch.Tensor] = []
+        gap_sum = 0.0
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.model.train()
         rng = np.random.default_rng(seed)
@@ -334,6 +349,14 @@ class GRPOTrainer:
                     adv = torch.cat([torch.as_tensor(np.asarray(batch.advantages[i])[np.asarray(batch.loss_mask[i], dtype=bool)],
                                                      dtype=torch.float32) for i in mb]).to(device)
                     tok_loss, parts = grpo_token_loss(logp, old, ref, adv, cfg.clip_eps, cfg.kl_coef)
+                    sampled = self._sampler_logprobs(batch, mb, device)
+                    if sampled is not None:
+                        gap = old - sampled  # log π_train − log π_sample on the same tokens
+                        gap_sum += float(gap.abs().sum())
+                        weight = truncated_importance_weight(old, sampled, cfg.tis_cap or math.inf)
+                        tis_weights.append(weight)
+                        if cfg.tis_cap is not None:
+                            tok_loss = tok_loss * weight
                     # token-mean over the whole mini-batch: divide by its token count, not the micro-batch's
                     (tok_loss.sum() / total).backward()
                     with torch.no_grad():
@@ -353,4 +376,20 @@ class GRPOTrainer:
         metrics["optimizer_steps"] = float(len(grad_norms))
         metrics["inert_sequences"] = float(len(inert))  # not run: zero advantage and no KL term
         metrics["inert_tokens"] = float(skipped_tokens / max(cfg.epochs, 1))
+        if tis_weights:  # the sampler/trainer mismatch, on the tokens that were run
+            w = torch.cat(tis_weights)
+            metrics["sampler_logp_gap"] = gap_sum / max(w.numel(), 1)
+            metrics["tis_weight_mean"] = float(w.mean())
+            metrics["tis_weight_std"] = float(w.std()) if w.numel() > 1 else 0.0
+            metrics["tis_weight_max"] = float(w.max())
+            if cfg.tis_cap is not None:
+                metrics["tis_capped_frac"] = float((w >= cfg.tis_cap).float().mean())
         return metrics
+
+    @staticmethod
+    def _sampler_logprobs(batch: TokenBatch, mb: Sequence[int], device: torch.device) -> torch.Tensor | None:
+        """The sampler's log-probs of micro-batch ``mb`` (masked positions, in order), or None if any
+        sequence of it has none."""
+        if batch.sampling_logprobs is None or any(batch.sampling_logprobs[i] is None for i in mb):
+            return None
+        return torch.cat([batch.sampling_logprobs[i] for i in mb]).to(device)  # type: ignore[misc]

@@ -275,7 +275,7 @@ def credit_batch(groups: Sequence[Sequence[Any]], tasks: Sequence[Any], reward: 
     and credit statistics (rewards, reward components, |advantage| per rollout, all-zero groups)."""
     from toolgym.trainers.grpo import TokenBatch, trajectory_token_advantages
 
-    seqs, masks, advs, allowed = [], [], [], []
+    seqs, masks, advs, allowed, sampled = [], [], [], [], []
     stats: dict[str, Any] = {"rewards": [], "adv_abs": [], "zero_groups": 0, "components": {}}
     for task, group in zip(tasks, groups):
         trajs = [r.trajectory for r in group]
@@ -296,9 +296,22 @@ def credit_batch(groups: Sequence[Sequence[Any]], tasks: Sequence[Any], reward: 
             masks.append(traj.loss_mask)
             advs.append(adv)
             allowed.append(getattr(rollout, "allowed", None))
+            sampled.append(sampler_logprobs(traj.loss_mask, getattr(rollout, "sampling_logprobs", None)))
     stats["trained_sequences"] = len(seqs)
     # constrained rollouts carry their samples' allowed sets; unconstrained batches stay as before
-    return TokenBatch(seqs, masks, advs, allowed=allowed if any(a for a in allowed) else None), stats
+    return TokenBatch(seqs, masks, advs, allowed=allowed if any(a for a in allowed) else None,
+                      sampling_logprobs=sampled if any(x is not None for x in sampled) else None), stats
+
+
+def sampler_logprobs(loss_mask: Sequence[int], by_position: dict[int, float] | None) -> Any:
+    """The sampler's log-probs at the masked-in positions, in order (a tensor), or None unless every
+    policy token has one."""
+    import torch
+
+    positions = [p for p, m in enumerate(loss_mask) if m]
+    if not by_position or any(p not in by_position for p in positions):
+        return None
+    return torch.tensor([by_position[p] for p in positions], dtype=torch.float32)
 
 
 def _mean(values: Sequence[float]) -> float:
