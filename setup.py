@@ -7,7 +7,7 @@ from pathlib import Path
 
 from setuptools import setup
 
-SUBPACKAGES = ["envs", "retrieval", "data", "agents", "rewards", "trainers"]
+SUBPACKAGES = ["envs", "retrieval", "data", "agents", "rewards", "trainers", "integrations"]
 
 setup(
     name="toolgym",
@@ -22,5 +22,8 @@ setup(
     package_dir={**{f"toolgym.{name}": name for name in SUBPACKAGES}, "toolgym.trainers.verl": "trainers/verl"},
     package_data={"toolgym.data": ["bundled/*.jsonl.gz", "bundled/*.json", "bundled/LICENSES/*"]},
     include_package_data=True,
+    # Other trainers toolgym plugs into (toolgym.integrations): optional, never imported by the rest.
+    # jmespath: transformers < 5.13 parses tool calls with it (TRL's response schema).
+    extras_require={"trl": ["trl==1.16.0", "jmespath>=1.0"], "verifiers": ["verifiers==0.4.0"]},
     entry_points={"console_scripts": ["toolgym = toolgym.trainers.cli:main"]},
 )

@@ -7,13 +7,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # package -> toolgym subpackages it must not import
 FORBIDDEN = {
-    "retrieval": {"envs", "agents", "rewards", "trainers"},
-    "data": {"envs", "agents", "rewards", "trainers"},
-    "envs": {"agents", "rewards", "trainers"},
-    "rewards": {"envs", "agents", "trainers"},
-    "agents": {"trainers"},
+    "retrieval": {"envs", "agents", "rewards", "trainers", "integrations"},
+    "data": {"envs", "agents", "rewards", "trainers", "integrations"},
+    "envs": {"agents", "rewards", "trainers", "integrations"},
+    "rewards": {"envs", "agents", "trainers", "integrations"},
+    "agents": {"trainers", "integrations"},
+    # integrations (TRL, verifiers) may import every other subpackage; nothing imports them
+    "trainers": {"integrations"},
+    "integrations": set(),
 }
 NEVER_OUTSIDE_TRAINERS = {"verl", "ray"}
+NEVER_OUTSIDE_INTEGRATIONS = {"trl", "verifiers"}  # optional extras: only toolgym.integrations imports them
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -33,7 +37,9 @@ def test_imports_point_one_way(package):
     for path in sorted((ROOT / package).rglob("*.py")):
         for module in imported_modules(path):
             parts = module.split(".")
-            if parts[0] in NEVER_OUTSIDE_TRAINERS:
+            if parts[0] in NEVER_OUTSIDE_TRAINERS and package != "trainers":
+                bad.append(f"{path.relative_to(ROOT)} imports {module}")
+            if parts[0] in NEVER_OUTSIDE_INTEGRATIONS and package != "integrations":
                 bad.append(f"{path.relative_to(ROOT)} imports {module}")
             if parts[0] == "toolgym" and len(parts) > 1 and parts[1] in FORBIDDEN[package]:
                 bad.append(f"{path.relative_to(ROOT)} imports {module}")
@@ -42,7 +48,7 @@ def test_imports_point_one_way(package):
 
 def test_every_subpackage_is_mapped_in_setup():
     setup = (ROOT / "setup.py").read_text()
-    for package in ["envs", "retrieval", "data", "agents", "rewards", "trainers"]:
+    for package in ["envs", "retrieval", "data", "agents", "rewards", "trainers", "integrations"]:
         assert (ROOT / package / "__init__.py").exists()
         assert f'"{package}"' in setup
 

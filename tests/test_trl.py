@@ -1,0 +1,182 @@
+"""TRL's GRPOTrainer end to end on CPU through real toolgym envs (toolgym.integrations.trl).
+
+A tiny random Llama over the SmolLM2 vocabulary is first fitted for a few seconds on four tool
+calls (a search and a submit per task) so that it speaks the Hermes format at all; everything
+after that is TRL's own code: its generation, its tool-call parsing and dispatch to the env's
+``search`` / ``submit`` methods, its tool mask, the env-owned ``get_reward``, its GRPO loss and
+optimizer step. Nothing is faked.
+"""
+import copy
+import json
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from toolgym.integrations import trl as tg  # noqa: E402
+
+ENV_ID, ENV_KWARGS = "toolgym/ToolSearch-v0", {"max_turns": 3}
+
+
+def fit_tool_calls(model, tokenizer, prompts, texts, steps=120, lr=1e-2):
+    """Teacher-force ``texts`` after every prompt (loss on the completion tokens only)."""
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    rows = [(p, tokenizer(t, add_special_tokens=False)["input_ids"] + [end]) for p in prompts for t in texts]
+    length = max(len(p) + len(c) for p, c in rows)
+    ids = torch.full((len(rows), length), tokenizer.pad_token_id)
+    att = torch.zeros_like(ids)
+    pos, tgt = [], []
+    for i, (p, c) in enumerate(rows):
+        seq = p + c
+        ids[i, : len(seq)] = torch.tensor(seq)
+        att[i, : len(seq)] = 1
+        pos += [(i, j) for j in range(len(p) - 1, len(seq) - 1)]
+        tgt += c
+    rows_i, cols_i = torch.tensor([r for r, _ in pos]), torch.tensor([c for _, c in pos])
+    tgt = torch.tensor(tgt)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(steps):
+        hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state[rows_i, cols_i]
+        loss = torch.nn.functional.cross_entropy(model.lm_head(hidden), tgt)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return float(loss.detach())
+
+
+def test_tool_methods_carry_the_env_schemas():
+    import gymnasium as gym
+    from transformers.utils import get_json_schema
+
+    for mode in ("off", "optional", "required"):
+        factory = tg.environment_factory(ENV_ID, {"category_mode": mode})
+        env = factory()
+        _, info = gym.make(ENV_ID, category_mode=mode).reset(seed=0)
+        expected = {s["function"]["name"]: s["function"] for s in info["tool_schemas"]}
+        for method in (env.search, env.submit):
+            schema = get_json_schema(method)["function"]
+            schema.pop("return", None)
+            assert schema == expected[method.__name__], mode
+
+
+def test_credit_schemes_are_refused_outcome_schemes_accepted():
+    with pytest.raises(ValueError, match="per-turn credit"):
+        tg.outcome_reward("toolsearcher")
+    with pytest.raises(ValueError, match="per-turn credit"):
+        tg.environment_factory(ENV_ID, reward="esm")
+    for name in ("grpo_f1", "grpo_match", "selection_f1", "search_recall", "env_return"):
+        tg.outcome_reward(name)
+
+
+def test_decomposition_reward_func_steps_the_env_with_the_answer():
+    kwargs = tg.grpo_trainer_kwargs("toolgym/Decompose-v0", {"k": 10}, "counterfactual", split=None, max_tasks=2)
+    factory, (func,) = kwargs["environment_factory"], kwargs["reward_funcs"]
+    envs = [factory(), factory()]
+    for env, row in zip(envs, kwargs["train_dataset"]):
+        env.reset(**row)
+    answers = ["find the weather\nbook a flight", "convert currency"]
+    rewards = func(completions=[[{"role": "assistant", "content": a}] for a in answers], environments=envs)
+    for env, reward in zip(envs, rewards):
+        (trajectory,) = env.episodes
+        assert trajectory.subtasks and reward == trajectory.env_reward  # counterfactual = the env's R_cf
+
+
+class RecordingTrainer:
+    """Built lazily (trl import): a GRPOTrainer that keeps each batch's tool mask and completion ids."""
+
+    @staticmethod
+    def make(**kwargs):
+        from trl import GRPOTrainer
+
+        class _Recording(GRPOTrainer):
+            batches: list = []
+
+            def _generate_and_score_completions(self, inputs):
+                out = super()._generate_and_score_completions(inputs)
+                self.batches.append({k: out[k].clone() for k in ("completion_ids", "completion_mask", "tool_mask")
+                                     if k in out})
+                return out
+
+        return _Recording(**kwargs)
+
+
+@pytest.mark.slow  # about 1 min on an idle 2-core machine (the tiny model's fit, then 2 TRL steps)
+def test_grpo_trainer_trains_through_toolgym_envs(tokenizer, tmp_path):
+    from trl import GRPOConfig
+
+    from toolgym.agents.hf_policy import tiny_causal_lm
+    from toolgym.rewards import get_reward
+
+    tok = tg.prepare_tokenizer(copy.deepcopy(tokenizer))  # the session fixture stays as it was
+    kwargs = tg.grpo_trainer_kwargs(ENV_ID, ENV_KWARGS, "grpo_f1", split="train", max_tasks=2)
+    base = kwargs["environment_factory"]
+    calls: list = []  # (env, trajectory, reward) in the order TRL asked for rewards
+
+    class Recorded(base):
+        def get_reward(self):
+            value = super().get_reward()
+            calls.append((self, self.episodes[-1], value))
+            return value
+
+    kwargs["environment_factory"] = Recorded
+    probe = Recorded()
+    tasks = {t.id: t for t in probe._env.unwrapped.tasks}
+    rows = list(kwargs["train_dataset"])
+    texts = []
+    for row in rows:
+        task = tasks[row["task_id"]]
+        texts.append("<tool_call>\n" + json.dumps({"name": "search", "arguments": {"query": task.query[:40]}}) + "\n</tool_call>")
+        texts.append("<tool_call>\n" + json.dumps({"name": "submit", "arguments": {"tools": sorted(task.gold)}}) + "\n</tool_call>")
+    prompts = [tok.apply_chat_template(r["prompt"], tools=[probe.search, probe.submit], tokenize=True,
+                                       add_generation_prompt=True, return_dict=False) for r in rows]
+    model = tiny_causal_lm(tok, seed=0, hidden_size=64)
+    assert fit_tool_calls(model, tok, prompts, texts) < 1.0
+
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_steps=2, per_device_train_batch_size=4, num_generations=2,
+                      max_completion_length=256, max_tool_calling_iterations=ENV_KWARGS["max_turns"], learning_rate=1e-3,
+                      logging_steps=1, report_to=[], save_strategy="no", seed=0, bf16=False, dataloader_num_workers=0)
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    trainer = RecordingTrainer.make(model=model, args=args, processing_class=tok, **kwargs)
+    trainer.train()
+
+    # 2 steps x 2 prompts x 2 generations, every reward from the env
+    assert len(calls) == 8
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 2 and any(h["tools/call_frequency"] > 0 for h in logs)
+    # the envs were stepped by the model's own (TRL-parsed) tool calls
+    stepped = [tj for _, tj, _ in calls if tj.num_turns > 0]
+    assert stepped and any(tj.events or tj.selection for tj in stepped)
+    for tj in stepped:
+        assert tj.messages[2]["role"] == "assistant" and tj.messages[2]["content"].startswith("<tool_call>")
+    # rewards equal toolgym.rewards on the same episodes (grouped as TRL grouped them: per step, per prompt)
+    module = get_reward("grpo_f1")
+    for step in range(2):
+        batch = calls[4 * step: 4 * step + 4]
+        for g in range(2):
+            group = batch[2 * g: 2 * g + 2]
+            task = tasks[group[0][1].task_id]
+            assert all(tj.task_id == task.id for _, tj, _ in group)
+            expected = module.score_group([tj for _, tj, _ in group], task).rewards
+            assert [r for _, _, r in group] == pytest.approx(list(expected))
+        assert logs[step]["reward"] == pytest.approx(sum(r for _, _, r in batch) / 4, abs=1e-6)
+    # tool results are masked out of the loss: tool_mask 0 exactly on the env's text
+    masked_any = False
+    for batch in trainer.batches:
+        for ids, cmask, tmask in zip(batch["completion_ids"], batch["completion_mask"], batch["tool_mask"]):
+            n = int(cmask.sum())
+            zero = [int(i) for i, m in zip(ids[:n], tmask[:n]) if m == 0]
+            if zero:
+                masked_any = True
+                text = tok.decode(zero)
+                # the env's observation, or TRL's own {'error': ...} when the call's arguments did not fit the method
+                assert "<tool_response>" in text
+                assert any(s in text for s in ("Top 5 tools", "Error:", "Submitted", "No tool matched", "{'error'"))
+                model_text = tok.decode([int(i) for i, m in zip(ids[:n], tmask[:n]) if m == 1])
+                assert "<tool_call>" in model_text and "<tool_response>" not in model_text
+    assert masked_any
+    # and the weights changed
+    after = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(before[k], after[k].detach()) for k in before)
