@@ -29,6 +29,14 @@ class Tool:
             raise ValueError(f"tool {self.id!r}: category must be a string or null, got {type(self.category).__name__}")
         if not isinstance(self.parameters, dict):
             raise ValueError(f"tool {self.id!r}: parameters must be an object, got {type(self.parameters).__name__}")
+        for key in ("id", "name", "description", "category"):
+            value = getattr(self, key)
+            if isinstance(value, str) and not value.isascii():
+                try:  # JSON "\ud800" decodes to a lone surrogate: no text encoding, index or hash takes it
+                    value.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise ValueError(f"tool {self.id!r}: {key} is not valid Unicode text (a lone surrogate at "
+                                     f"character {exc.start})") from None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

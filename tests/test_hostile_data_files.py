@@ -151,3 +151,28 @@ def test_a_symlink_to_a_regular_file_still_reads(tmp_path):
     from toolgym.data.readers import read_jsonl
 
     assert [r["id"] for r in read_jsonl(link)] == ["u1", "u2", "u3"]
+
+
+# -- tool ids that are not valid Unicode -----------------------------------------------------
+def test_lone_surrogate_tool_id_is_refused_at_load_in_both_modes(tmp_path, capsys):
+    """JSON "\\ud800" decodes to a lone surrogate: env construction died on an encode error naming
+    no file, while retrieval eval accepted it. Both now refuse it at load, naming file and line."""
+    corpus = tmp_path / "tools.jsonl"
+    records = [t.to_dict() for t in TOOLS]
+    records[1]["id"] = "flight\ud800search"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records))  # json.dumps escapes it as \ud800
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(TASKS[0].to_dict()) + "\n")
+    lines = []
+    for mode in ([], ["--env", "toolgym/ToolSearch-v0", "--agent", "raw"]):
+        lines.append(_one_line_error(["eval", "--tasks", str(tasks), "--corpus", str(corpus), *mode], capsys,
+                                     "tools.jsonl:2", "surrogate"))
+    assert lines[0] == lines[1]
+
+
+@pytest.mark.parametrize("field", ["name", "description", "category"])
+def test_lone_surrogates_in_other_tool_text_are_refused_too(field):
+    from toolgym.data.dataset import make_tool
+
+    with pytest.raises(DatasetFormatError, match=rf"f.jsonl:7: .*{field} is not valid Unicode"):
+        make_tool("f.jsonl:7", **{"id": "t", "name": "t", "description": "d", field: "bad\udfff"})

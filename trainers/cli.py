@@ -9,6 +9,7 @@ never a traceback; the rule is by exception type (:func:`is_user_error`): a bad 
 files), ``KeyError`` (an unknown name), gymnasium's, omegaconf's and YAML's errors. Every other
 exception (``TypeError``, ``AttributeError``, ``IndexError``, ``RuntimeError``...) is a bug in
 toolgym and keeps its traceback. ``TOOLGYM_DEBUG=1`` shows the traceback of user errors too.
+Ctrl-C prints one line (``toolgym CMD: interrupted``) and exits 130.
 Outputs are checked before any work (:func:`check_output_file`, :func:`check_output_dir`), so a
 misplaced ``--json`` fails in a second, not after a whole evaluation.
 """
@@ -38,6 +39,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 # Subcommands whose extra arguments are omegaconf key=value overrides.
 TAKES_OVERRIDES = ("train", "sft")
 # Library modules whose exceptions describe bad input (config syntax, env ids), not toolgym bugs.
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C
+RESUMABLE = frozenset({"train", "sft"})  # commands whose run folder a --resume continues
 USER_ERROR_MODULES = ("gymnasium.error", "omegaconf.errors", "yaml.error")
 MAX_MESSAGE_CHARS = 1000
 
@@ -137,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"toolgym {chosen}: error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's 128 + SIGINT, not a 40-line traceback
+        if os.environ.get("TOOLGYM_DEBUG"):
+            raise
+        hint = " (continue with --resume)" if chosen in RESUMABLE else ""
+        print(f"toolgym {chosen}: interrupted{hint}", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -295,12 +295,27 @@ MAX_CONFIG_BYTES = 1 << 20
 # file can grow to about e^(k/e) nodes, so a small cap keeps alias/interpolation bombs harmless.
 MAX_CONFIG_REFERENCES = 8
 MAX_CONFIG_DEPTH = 32
+# Command-line overrides count against the same reference cap (8 chained ${...} given as
+# overrides hung omegaconf past 120 s), and their total size against the file's.
+MAX_OVERRIDES_BYTES = 64 * 1024
+# torch dtypes a model may be loaded in (``getattr(torch, name)``); anything else is refused.
+MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16", "float64")
+# Every episode of a step has its own env and rollout; beyond these a run ends in MemoryError.
+MAX_GROUP_SIZE = 1024
+MAX_TASKS_PER_STEP = 4096
+MAX_EPISODES_PER_STEP = 16384  # group_size * tasks_per_step
 
 
-def _read_yaml(path: str | Path) -> Any:
-    """The config file as a DictConfig; size, alias count and nesting are capped before parsing."""
+def _references(text: str) -> int:
+    """YAML aliases (``*name``) and ``${...}`` interpolations in ``text``: a linear scan."""
     import re
 
+    return len(re.findall(r"(?:^|[\s,\[{:])\*[^\s,\]}]+", text)) + text.count("${")
+
+
+def _read_yaml(path: str | Path, override_references: int = 0) -> Any:
+    """The config file as a DictConfig; size, alias count (with the overrides') and nesting are
+    capped before parsing."""
     from omegaconf import DictConfig, OmegaConf
 
     path = Path(path)
@@ -314,9 +329,10 @@ def _read_yaml(path: str | Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ValueError(f"config {path} is not UTF-8 text") from None
-    references = len(re.findall(r"(?:^|[\s,\[{:])\*[^\s,\]}]+", text)) + text.count("${")
-    if references > MAX_CONFIG_REFERENCES:
-        raise ValueError(f"config {path} uses more than {MAX_CONFIG_REFERENCES} YAML aliases / ${{}} interpolations")
+    references = _references(text)
+    if references + override_references > MAX_CONFIG_REFERENCES:
+        also = f" (with the overrides' {override_references})" if override_references else ""
+        raise ValueError(f"config {path} uses more than {MAX_CONFIG_REFERENCES} YAML aliases / ${{}} interpolations{also}")
     depth = deepest = 0
     for ch in text:  # flow-style nesting; block nesting is bounded by the line length cap above
         if ch in "[{":
@@ -345,12 +361,19 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = (), check_ma
     from omegaconf import OmegaConf
     from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+    overrides = list(overrides)
+    bad = [o for o in overrides if not isinstance(o, str) or "=" not in o or o.startswith("-")]
+    if bad:
+        raise ValueError(f"overrides must look like key=value, got {[str(o)[:80] for o in bad[:5]]}")
+    if sum(len(o) for o in overrides) > MAX_OVERRIDES_BYTES:
+        raise ValueError(f"overrides are longer than {MAX_OVERRIDES_BYTES} characters in all")
+    # before any parsing: omegaconf's resolution of chained interpolations is what hangs
+    override_references = sum(_references(o.split("=", 1)[1]) for o in overrides)
+    if override_references > MAX_CONFIG_REFERENCES:
+        raise ValueError(f"overrides use more than {MAX_CONFIG_REFERENCES} YAML aliases / ${{}} interpolations")
     layers = [OmegaConf.structured(TrainConfig)]
     if path is not None:
-        layers.append(_read_yaml(path))
-    bad = [o for o in overrides if "=" not in o or o.startswith("-")]
-    if bad:
-        raise ValueError(f"overrides must look like key=value, got {bad}")
+        layers.append(_read_yaml(path, override_references))
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
         cfg = OmegaConf.merge(*layers)
@@ -381,6 +404,12 @@ def validate(cfg: Any, check_machine: bool = True) -> None:
     _need(t.steps >= 1, "train.steps", t.steps, "must be >= 1")
     _need(t.tasks_per_step >= 1, "train.tasks_per_step", t.tasks_per_step, "must be >= 1")
     _need(t.group_size >= 1, "train.group_size", t.group_size, "must be >= 1")
+    _need(t.group_size <= MAX_GROUP_SIZE, "train.group_size", t.group_size, f"must be <= {MAX_GROUP_SIZE}")
+    _need(t.tasks_per_step <= MAX_TASKS_PER_STEP, "train.tasks_per_step", t.tasks_per_step,
+          f"must be <= {MAX_TASKS_PER_STEP}")
+    _need(t.group_size * t.tasks_per_step <= MAX_EPISODES_PER_STEP, "train.group_size", t.group_size,
+          f"times train.tasks_per_step ({t.tasks_per_step}) must be <= {MAX_EPISODES_PER_STEP} episodes per step "
+          "(each has its own env and rollout)")
     _need(t.checkpoint_every >= 0, "train.checkpoint_every", t.checkpoint_every, "must be >= 0 (0 = never)")
     _need(t.keep_checkpoints >= 1, "train.keep_checkpoints", t.keep_checkpoints, "must be >= 1")
     _need(t.max_tasks is None or t.max_tasks >= 1, "train.max_tasks", t.max_tasks, "must be >= 1, or null for all tasks")
@@ -403,6 +432,8 @@ def validate(cfg: Any, check_machine: bool = True) -> None:
     _need(e.num_tasks is None or e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1, or null for all tasks")
     _need(e.batch_size >= 1, "eval.batch_size", e.batch_size, "must be >= 1")
     _need(e.temperature >= 0, "eval.temperature", e.temperature, "must be >= 0 (0 = greedy)")
+    dtype = cfg.model.dtype
+    _need(dtype is None or dtype in MODEL_DTYPES, "model.dtype", dtype, f"must be one of {', '.join(MODEL_DTYPES)} or null")
     constrained = getattr(cfg.model, "constrained", None)
     _need(constrained in (None, "toolsearch"), "model.constrained", constrained, "must be toolsearch or null")
     if constrained:
@@ -435,8 +466,14 @@ def model_source(model: Any) -> str:
                                     "or in its model/ subfolder")
         return str(path)
     name = model.name
-    if name in SMOLLM2_ALIASES or name in TINY_ALIASES or Path(name).exists():
+    if name in SMOLLM2_ALIASES or name in TINY_ALIASES:
         return name
+    if Path(name).exists():
+        path = Path(name)
+        if (path.is_file() and path.suffix == ".gguf") or (path / "config.json").is_file():
+            return name
+        raise FileNotFoundError(f"model.name={name!r}: not a model: give a model folder (with config.json), "
+                                "a .gguf file, smollm2 or tiny-llama")
     if name.endswith(".gguf") or name.startswith((".", "/", "~")):
         raise FileNotFoundError(f"model.name={name!r}: no such file or folder")
     from huggingface_hub import try_to_load_from_cache

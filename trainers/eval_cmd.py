@@ -33,6 +33,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def topk_arg(text: str) -> str:
+    """argparse type of ``--topk``: ``dynamic`` or an integer >= 1 (checked before any index is built)."""
+    if text == "dynamic":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer or 'dynamic', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'dynamic', got {text}")
+    return str(value)
+
+
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
     value = _int(text)
@@ -68,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="rerank the top candidates with a CrossEncoder (path; default: MiniLM body, untrained head)")
     ret.add_argument("--decompose", default="none", choices=["none", "clauses"],
                      help="retrieve per clause of the request and fuse the lists (round robin)")
-    ret.add_argument("--topk", default="10", help="final list size: an integer or 'dynamic' (Algorithm 2)")
+    ret.add_argument("--topk", default="10", type=topk_arg, help="final list size: an integer or 'dynamic' (Algorithm 2)")
     ret.add_argument("--candidates", type=positive_int, default=20,
                      help="list depth that --rerank reorders and --topk dynamic cuts (the paper's avg K is 8-12)")
     ret.add_argument("--k", default="1,3,5,10", help="comma-separated cutoffs for N@k, R@k, C@k")
