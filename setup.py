@@ -17,7 +17,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     # `toolgym` itself is an implicit namespace package: it has no folder of its own.
-    # trainers.verl: the verl plugin, a subpackage of its own (DESIGN §8).
+    # trainers.verl: the verl plugin, a subpackage of its own (docs/scale.md).
     packages=[f"toolgym.{name}" for name in SUBPACKAGES] + ["toolgym.trainers.verl"],
     package_dir={**{f"toolgym.{name}": name for name in SUBPACKAGES}, "toolgym.trainers.verl": "trainers/verl"},
     package_data={"toolgym.data": ["bundled/*.jsonl.gz", "bundled/*.json", "bundled/LICENSES/*"]},

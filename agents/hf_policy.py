@@ -1,4 +1,4 @@
-"""A chat policy over any transformers causal LM (DESIGN §8, §9).
+"""A chat policy over any transformers causal LM (docs/decisions.md#offline-models).
 
 ``HFChatPolicy`` generates one assistant turn per environment step, stops at the end of a tool
 call (``</tool_call>``) or at an end-of-turn token, and returns the exact token ids it sampled so

@@ -1,4 +1,4 @@
-"""Core records (DESIGN §3): plain dataclasses that round-trip through JSON.
+"""Core records (docs/decisions.md#records): plain dataclasses that round-trip through JSON.
 
 ``Trajectory`` is the unit every reward module consumes and what ``toolgym replay`` re-scores.
 """

@@ -1,4 +1,4 @@
-"""toolgym.envs: gymnasium environments for agentic tool search (DESIGN §4-§5).
+"""toolgym.envs: gymnasium environments for agentic tool search (docs/envs.md).
 
 Importing this package registers ``toolgym/ToolSearch-v0``, ``toolgym/Decompose-v0`` and one
 id of each per bundled benchmark (``toolgym envs`` lists them). See docs/envs.md.

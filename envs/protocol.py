@@ -1,4 +1,4 @@
-"""The action protocol of the tool-search environments (DESIGN §4), one import away.
+"""The action protocol of the tool-search environments (docs/decisions.md#action-protocol), one import away.
 
 A policy turn is text. :func:`parse_action` turns it into one of three actions:
 

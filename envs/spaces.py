@@ -1,4 +1,4 @@
-"""Text spaces wide enough for real model output (DESIGN §5).
+"""Text spaces wide enough for real model output (docs/decisions.md#text-spaces).
 
 ``gymnasium.spaces.Text`` defaults to alphanumerics, so ``check_env`` would reject any real
 observation. :class:`UnicodeText` samples from the Basic Multilingual Plane without the

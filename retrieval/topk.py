@@ -7,7 +7,7 @@ import numpy as np
 
 
 def dual_boundary_dynamic_top_k(scores: Sequence[float] | np.ndarray, embeddings: np.ndarray) -> int:
-    """How many items of a ranked list to keep (DESIGN §6; MagicSelector Algorithm 2).
+    """How many items of a ranked list to keep (MagicSelector Algorithm 2; docs/decisions.md#dynamic-top-k).
 
     Inputs: ``scores`` s_1..s_n sorted descending (reranker scores) and ``embeddings``
     e_1..e_n (one row per item, same order; need not be normalised). With 1-based i:
@@ -24,8 +24,8 @@ def dual_boundary_dynamic_top_k(scores: Sequence[float] | np.ndarray, embeddings
     everything (Δsim needs three items). Ties in an argmax go to the smallest i (the
     first, i.e. the tightest boundary). O(n) time and memory beyond the input.
 
-    Paper's pseudo-code: ``K_sim = argmax_i(Δsim_i)`` with no +1; we follow DESIGN §6, whose
-    +1 makes the cut land on the boundary the drop describes.
+    Paper's pseudo-code: ``K_sim = argmax_i(Δsim_i)`` with no +1; toolgym adds the +1, which
+    makes the cut land on the boundary the drop describes.
     """
     s = np.asarray(scores, dtype=np.float64).reshape(-1)
     e = np.asarray(embeddings, dtype=np.float64)

@@ -1,4 +1,4 @@
-"""toolgym.rewards: reward and advantage modules for tool search and decomposition (DESIGN §7).
+"""toolgym.rewards: reward and advantage modules for tool search and decomposition (docs/rewards.md).
 
 ``score_group(trajectories, task) -> GroupCredit`` on every module. Modules are registered by
 name (``register_reward``); ``get_reward(name_or_config, **runtime)`` builds a module, a named

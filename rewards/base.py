@@ -1,4 +1,4 @@
-"""The reward-module interface, GRPO normalisation and the registry (DESIGN §7).
+"""The reward-module interface, GRPO normalisation and the registry (docs/decisions.md#grpo-normalisation).
 
 A reward module scores a *group* (the G rollouts of one task) and returns a
 :class:`GroupCredit`. The trainer gives the tokens of turn ``t`` of rollout ``i`` the advantage

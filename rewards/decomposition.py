@@ -1,4 +1,6 @@
-"""MagicSelector decomposition rewards (DESIGN §7): counterfactual R_cf and preference R_pref.
+"""MagicSelector decomposition rewards: counterfactual R_cf and preference R_pref.
+
+Decisions: docs/decisions.md#counterfactual-reward and #preference-reward.
 
 Both are ``outcome`` modules: the ``magicselector`` scheme adds them as
 R = α · R_pref + β · R_cf and GRPO-normalises the sum (decomposition rollouts have one turn).

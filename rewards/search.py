@@ -1,4 +1,4 @@
-"""ToolSearcher credit (DESIGN §7): ESM first-discovery event advantages and TCA selection
+"""ToolSearcher credit (docs/decisions.md#esm, #tca): ESM first-discovery event advantages and TCA selection
 credit, plus the plain outcome rewards (selection F1 / Match, search recall) used by the
 ``grpo_f1`` / ``grpo_match`` baselines.
 

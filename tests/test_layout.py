@@ -1,4 +1,4 @@
-"""The architecture rules of DESIGN §2, checked on the source: imports point one way."""
+"""The architecture rules of docs/architecture.md, checked on the source: imports point one way."""
 import ast
 from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""Ray rollout backend on a local 2-CPU Ray (DESIGN §8 Ray): same rollouts as the local backend,
+"""Ray rollout backend on a local 2-CPU Ray (docs/scale.md): same rollouts as the local backend,
 LoRA-only weight shipping, one batching retrieval server per node, and a worker killed mid-step."""
 from __future__ import annotations
 

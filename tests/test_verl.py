@@ -1,4 +1,4 @@
-"""The verl plugin driven through verl's own classes on CPU (DESIGN §8 verl).
+"""The verl plugin driven through verl's own classes on CPU (docs/scale.md).
 
 verl cannot train here (it needs NCCL and a vLLM/SGLang server), so each test drives one real
 verl component: the tool through verl's YAML loader and its create/execute/release lifecycle,

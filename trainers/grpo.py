@@ -1,4 +1,4 @@
-"""Local GRPO on token sequences with per-turn credit (DESIGN §7 token credit, §8).
+"""Local GRPO on token sequences with per-turn credit (docs/training.md).
 
 Per token ``t`` of rollout ``i`` with loss mask 1:
 

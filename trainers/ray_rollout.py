@@ -1,4 +1,4 @@
-"""Rollouts on Ray actors for ``toolgym train`` (``rollout.backend: ray``, DESIGN §8 Ray).
+"""Rollouts on Ray actors for ``toolgym train`` (``rollout.backend: ray``, docs/scale.md).
 
 * **Workers** (:class:`RolloutWorker`, one Ray actor each) hold a policy copy and their own envs
   and run :func:`toolgym.trainers.rollout.collect_rollouts` on a contiguous chunk of the step's

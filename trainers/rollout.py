@@ -1,4 +1,4 @@
-"""Rollouts with exact token ids (DESIGN §7 token credit, §8 local GRPO).
+"""Rollouts with exact token ids (docs/decisions.md#token-credit-and-loss-masking).
 
 Every slot is one environment running one episode; all live slots generate their next turn in
 one batched call. The token sequence of a rollout is built incrementally and never

@@ -1,4 +1,4 @@
-"""toolgym's verl plugin (DESIGN §8 verl): loaded into an unmodified verl, no patched files.
+"""toolgym's verl plugin (docs/scale.md): loaded into an unmodified verl, no patched files.
 
 Importing this package registers, in the importing process:
 

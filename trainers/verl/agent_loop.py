@@ -1,4 +1,4 @@
-"""The verl agent loop and agent-loop manager of the toolgym plugin (DESIGN §8 verl).
+"""The verl agent loop and agent-loop manager of the toolgym plugin (docs/scale.md).
 
 ``toolgym_agent`` (:class:`ToolgymAgentLoop`) is verl's own ``ToolAgentLoop`` plus three
 things: it starts the trajectory's toolgym env before the first turn, records each assistant

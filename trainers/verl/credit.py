@@ -1,5 +1,5 @@
 """Per-turn credit for verl: toolgym reward modules score each GRPO group, the advantage lands
-on each turn's tokens (DESIGN §7 token credit, §8 verl).
+on each turn's tokens (docs/decisions.md#token-credit-and-loss-masking, #ray-and-verl).
 
 verl hands an advantage estimator only ``token_level_rewards, response_mask, index, config``,
 and its reward loop scores one sample at a time. A toolgym reward module needs the whole group

@@ -1,4 +1,4 @@
-"""``ToolgymTool``: verl ``BaseTool`` for toolgym's ``search`` and ``submit`` (DESIGN §8 verl).
+"""``ToolgymTool``: verl ``BaseTool`` for toolgym's ``search`` and ``submit`` (docs/scale.md).
 
 One class serves both names (the tool YAML lists it twice, ``configs/verl/tool_config.yaml``);
 both reach the same toolgym env of their trajectory (:mod:`.episodes`). A call's arguments
