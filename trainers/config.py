@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from toolgym.agents.policy import SamplingConfig
+from toolgym.agents.policy import ENGINES, PRECISIONS, SamplingConfig
 
 __all__ = ["EnvConfig", "EvalConfig", "GRPOConfig", "ModelConfig", "RewardConfig", "SamplingConfig", "TrainConfig",
            "TrainLoopConfig", "load_config", "model_source", "strict_dataclass", "to_plain", "validate"]
@@ -134,8 +134,14 @@ class GRPOConfig:
         autocast_bf16 (`bool`, defaults to `False`):
             Run the decoder of every log-prob pass under bfloat16 autocast (weights and the LM
             head stay float32): ~1.6x faster forward+backward on CPUs with AVX512-BF16. Rollouts
-            still sample in the model's dtype, so log-probs differ from the sampler's by bf16
-            rounding; on-policy updates (below) take the old log-probs from the same pass.
+            may sample in bf16 too (``sampling.precision``); on-policy updates take the old
+            log-probs from the same pass.
+        tis_cap (`float` or `None`, defaults to `None`):
+            Truncated importance sampling against the sampler/trainer mismatch: each policy
+            token's loss is weighted by ``min(π_train / π_sample, C)`` with ``C = tis_cap``,
+            ``π_train`` the trainer's own (recomputed, float32-weights) old log-prob and
+            ``π_sample`` the sampler's (e.g. bf16) one. ``None`` = off; the mean ``|Δ log p|``
+            and the weights' spread are logged either way when the sampler reports log-probs.
     """
 
     lr: float = 1e-6
@@ -150,6 +156,7 @@ class GRPOConfig:
     lora: dict[str, Any] | None = None
     gradient_checkpointing: bool = False
     autocast_bf16: bool = False
+    tis_cap: float | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "GRPOConfig":
@@ -429,6 +436,9 @@ def validate(cfg: Any, check_machine: bool = True) -> None:
           "must be >= 1, or null for the whole batch")
     _need(g.epochs >= 1, "grpo.epochs", g.epochs, "must be >= 1")
     _need(g.logprob_chunk >= 1, "grpo.logprob_chunk", g.logprob_chunk, "must be >= 1")
+    _need(g.tis_cap is None or g.tis_cap >= 1, "grpo.tis_cap", g.tis_cap, "must be >= 1 (a cap on π_train/π_sample), or null")
+    _need(s.precision in PRECISIONS, "sampling.precision", s.precision, f"must be one of {', '.join(PRECISIONS)}")
+    _need(s.engine in ENGINES, "sampling.engine", s.engine, f"must be one of {', '.join(ENGINES)}")
     _need(e.num_tasks is None or e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1, or null for all tasks")
     _need(e.batch_size >= 1, "eval.batch_size", e.batch_size, "must be >= 1")
     _need(e.temperature >= 0, "eval.temperature", e.temperature, "must be >= 0 (0 = greedy)")
