@@ -1,0 +1,284 @@
+"""Sampling, rollout, GRPO-step and evaluation throughput: ``generate`` (float32) against the lean
+bf16 decoder, everything in one run so the ratios hold on a shared machine.
+
+* GEMM rate (GFLOP/s) at SmolLM2-135M's shapes, float32 and bfloat16, at 1 / 8 / 32 / 64 / 512 rows.
+* Sampled tokens/s of one turn (every row decodes ``--new-tokens`` tokens, no stop) at batch
+  1 / 8 / 32 / 64 from a real ToolSearch-v0 prompt: ``generate`` in float32 (the old rollout
+  path) and the lean engine in the sampling dtype; decode efficiency = model FLOPs per token x
+  tokens/s / the measured bf16 GEMM rate at that row count.
+* The rollout path on real envs, GRPO-shaped batches: ToolSearch-v0 as in
+  ``configs/learning_grpo.yaml`` (4 turns, 96 new tokens) and Decompose-v0 as in
+  ``configs/quickstart.yaml`` (128 new tokens), ``engine=generate`` vs ``engine=lean``.
+* One GRPO step (LoRA, ``toolsearcher`` credit) split into rollout / credit / update, both paths.
+* Greedy evaluation episodes/s on held-out ToolSearch-v0 tasks, both paths.
+
+    python benchmarks/throughput.py                 # ~15 min on 2 cores
+    python benchmarks/throughput.py --quick         # smaller batches, for a smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import markdown_table, write_report  # noqa: E402
+
+SHAPES = {"qkv": (576, 960), "o": (576, 576), "gate_up": (576, 3072), "down": (1536, 576), "lm_head": (576, 49152)}
+
+
+def _timed(fn, repeat: int = 1) -> float:
+    fn()  # warm-up (oneDNN picks kernels on first use)
+    t = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - t) / repeat
+
+
+def gemm_rates(rows_list: list[int]) -> dict[str, dict[str, float]]:
+    import torch
+
+    out: dict[str, dict[str, float]] = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        name = str(dtype).split(".")[-1]
+        out[name] = {}
+        for rows in rows_list:
+            flops = secs = 0.0
+            for k, n in SHAPES.values():  # the model's mix: one of each per layer (lm_head once)
+                x, w = torch.randn(rows, k).to(dtype), torch.randn(n, k).to(dtype)
+                reps = max(3, int(2e9 / (2 * rows * k * n)))
+                secs += _timed(lambda: torch.nn.functional.linear(x, w), reps)
+                flops += 2 * rows * k * n
+            out[name][str(rows)] = flops / secs / 1e9
+    return out
+
+
+def model_flops_per_token(model) -> float:
+    """2 x the matrix parameters a token passes through (embedding lookup excluded, LM head included)."""
+    cfg = model.config
+    d, inter, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    hd = getattr(cfg, "head_dim", None) or d // cfg.num_attention_heads
+    per_layer = d * (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * hd + cfg.num_attention_heads * hd * d + 3 * d * inter
+    return 2.0 * (layers * per_layer + d * cfg.vocab_size)
+
+
+def bench_sampling(policy, prompt: list[int], batches: list[int], new_tokens: int) -> list[dict]:
+    import torch
+
+    rows = []
+    for b in batches:
+        row = {"batch": b, "context": len(prompt) + new_tokens}
+        for engine in ("generate", "lean"):
+            policy.sampling = replace(policy.sampling, engine=engine, max_new_tokens=new_tokens, stop_strings=())
+            saved = policy.end_ids
+            policy.end_ids = [-1]  # every row decodes new_tokens: the rate is not a matter of when rows stop
+            try:
+                torch.manual_seed(0)
+                secs = _timed(lambda: policy.generate_batch([prompt] * b), 1)
+            finally:
+                policy.end_ids = saved
+            row[f"{engine}_tok_s"] = b * new_tokens / secs
+        row["speedup"] = row["lean_tok_s"] / row["generate_tok_s"]
+        rows.append(row)
+    return rows
+
+
+def bench_rollouts(policy, env_id: str, env_kwargs: dict, tasks: int, group: int, sampling: dict, seed: int = 0) -> dict:
+    import torch
+
+    from toolgym.trainers.rollout import rollout_groups
+    from toolgym.trainers.train import env_tasks, make_envs
+
+    envs = make_envs(env_id, env_kwargs, tasks * group)
+    refs = [t.id for t in env_tasks(envs[0])[:tasks]]
+    out = {"env": env_id, "tasks": tasks, "group": group, "max_new_tokens": sampling["max_new_tokens"]}
+    for engine in ("generate", "lean"):
+        policy.sampling = replace(policy.sampling, engine=engine, **sampling)
+        torch.manual_seed(seed)
+        t = time.perf_counter()
+        groups = rollout_groups(policy, envs, refs, group, seed=seed, max_context_tokens=4096)
+        secs = time.perf_counter() - t
+        flat = [r for g in groups for r in g]
+        gen = sum(r.generated_tokens for r in flat)
+        out[engine] = {"seconds": secs, "generated_tokens": gen, "tok_s": gen / secs,
+                       "turns": sum(len(r.trajectory.turn_spans) for r in flat)}
+    out["speedup_tok_s"] = out["lean"]["tok_s"] / out["generate"]["tok_s"]
+    out["speedup_wall"] = out["generate"]["seconds"] / out["lean"]["seconds"]
+    return out
+
+
+def bench_grpo_step(policy, env_id: str, env_kwargs: dict, tasks: int, group: int, sampling: dict) -> dict:
+    import torch
+
+    from toolgym.agents.hf_policy import apply_lora
+    from toolgym.rewards import get_reward
+    from toolgym.trainers.grpo import GRPOTrainer
+    from toolgym.trainers.rollout import rollout_groups
+    from toolgym.trainers.train import credit_batch, env_tasks, make_envs
+
+    envs = make_envs(env_id, env_kwargs, tasks * group)
+    step_tasks = env_tasks(envs[0])[:tasks]
+    reward = get_reward("toolsearcher")
+    base_state = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    out = {"env": env_id, "tasks": tasks, "group": group}
+    for engine in ("generate", "lean"):
+        policy.model.load_state_dict(base_state)
+        model = apply_lora(policy.model, {"r": 16, "lora_alpha": 32})
+        policy.model = model
+        trainer = GRPOTrainer(model, {"lr": 3e-4, "kl_coef": 0.0, "micro_batch_size": 4, "autocast_bf16": True,
+                                      "lora": {"r": 16}}, temperature=1.0)
+        policy.sampling = replace(policy.sampling, engine=engine, **sampling)
+        torch.manual_seed(1)
+        t0 = time.perf_counter()
+        groups = rollout_groups(policy, envs, [t.id for t in step_tasks], group, seed=1, max_context_tokens=4096)
+        t1 = time.perf_counter()
+        batch, stats = credit_batch(groups, step_tasks, reward, skip_zero_advantage=True)
+        t2 = time.perf_counter()
+        update = trainer.train_on(batch) if batch.token_ids else {}
+        t3 = time.perf_counter()
+        generated = sum(r.generated_tokens for g in groups for r in g)
+        out[engine] = {"rollout_s": t1 - t0, "credit_s": t2 - t1, "update_s": t3 - t2, "step_s": t3 - t0,
+                       "trained_sequences": stats["trained_sequences"], "generated_tokens": generated,
+                       "rollout_tok_s": generated / (t1 - t0),
+                       **{k: update[k] for k in ("sampler_logp_gap", "tis_weight_mean", "tis_weight_std") if k in update}}
+        policy.model = model.unload() if hasattr(model, "unload") else model  # back to the plain model
+    out["speedup_step"] = out["generate"]["step_s"] / out["lean"]["step_s"]
+    out["speedup_rollout_tok_s"] = out["lean"]["rollout_tok_s"] / out["generate"]["rollout_tok_s"]
+    return out
+
+
+def bench_eval(policy, env_id: str, env_kwargs: dict, num_tasks: int, batches: dict[str, int], max_new: int) -> dict:
+    from toolgym.trainers.evaluate import choose_tasks, evaluate, make_envs
+
+    out = {"env": env_id, "tasks": num_tasks}
+    for engine, batch in batches.items():
+        envs = make_envs(env_id, {**env_kwargs, "split": "heldout"}, batch)
+        tasks = choose_tasks(envs[0], None, num_tasks)
+        policy.sampling = replace(policy.sampling, engine=engine, temperature=0.0, max_new_tokens=max_new,
+                                  stop_strings=("</tool_call>",))
+        res = evaluate(policy, envs, tasks, max_context_tokens=4096, progress=False)
+        out[engine] = {"batch": batch, "seconds": res["seconds"], "episodes_s": len(tasks) / res["seconds"],
+                       "f1": res.get("F1"), "invalid": res.get("invalid"), "generated_tokens": res.get("generated_tokens"),
+                       "per_task_f1": {tid: row["F1"] for tid, row in res["per_task"].items()}}
+    out["speedup"] = out["lean"]["episodes_s"] / out["generate"]["episodes_s"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from toolgym.agents.decoding import cpu_has_bf16_matmul
+    from toolgym.agents.hf_policy import HFChatPolicy
+    from toolgym.trainers.train import make_envs
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    warm = Path(__file__).resolve().parent.parent / "runs" / "sft_toolsearch" / "model"
+    ap.add_argument("--model", default=str(warm) if warm.is_dir() else "smollm2",
+                    help="policy weights (default: the ToolSearch warm start of configs/sft_toolsearch.yaml if built)")
+    ap.add_argument("--quick", action="store_true", help="small batches: a smoke run, not the table")
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--no-report", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    quick = args.quick
+    policy = HFChatPolicy.from_pretrained(args.model, sampling={"temperature": 1.0})
+    policy.model.eval()
+    ts_kwargs = {"max_turns": 4}
+    env = make_envs("toolgym/ToolSearch-v0", {**ts_kwargs, "split": "train"}, 1)[0]
+    _, info = env.reset(seed=0)
+    prompt = policy.encode_prompt(info["messages"])
+
+    started, load_before = time.time(), os.getloadavg()[0]
+    batches = [1, 8] if quick else [1, 8, 32, 64]
+    payload: dict = {"threads": args.threads, "cpu_bf16_matmul": cpu_has_bf16_matmul(), "model": args.model,
+                     "flops_per_token": model_flops_per_token(policy.model), "prompt_tokens": len(prompt)}
+    payload["gemm_gflops"] = gemm_rates(sorted(set(batches) | {512}))
+    payload["sampling"] = bench_sampling(policy, prompt, batches, 16 if quick else args.new_tokens)
+    bf16 = payload["gemm_gflops"]["bfloat16"]
+    for row in payload["sampling"]:
+        row["decode_efficiency"] = payload["flops_per_token"] * row["lean_tok_s"] / 1e9 / bf16[str(row["batch"])]
+    ts_sampling = {"max_new_tokens": 96, "temperature": 1.0, "stop_strings": ("</tool_call>",)}
+    payload["rollouts"] = [  # the quickstart's context; ToolSearch's rollout path is the GRPO step's
+        bench_rollouts(policy, "toolgym/Decompose-v0", {"k": 10, "split": "train"}, 2, 2 if quick else 8,
+                       {"max_new_tokens": 32 if quick else 128, "temperature": 1.0, "stop_strings": ()}),
+    ]
+    payload["grpo_step"] = bench_grpo_step(policy, "toolgym/ToolSearch-v0", {**ts_kwargs, "split": "train"},
+                                           1 if quick else 4, 4 if quick else 8, ts_sampling)
+    payload["eval"] = bench_eval(policy, "toolgym/ToolSearch-v0", ts_kwargs, 8 if quick else 40,
+                                 {"generate": 8 if quick else 20, "lean": 8 if quick else 40}, 96)
+    payload["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    payload["seconds"] = time.time() - started
+    payload["load_average"] = [load_before, os.getloadavg()[0]]  # other jobs on the machine make times noisy
+    if not args.no_report and not quick:
+        write_report("throughput", payload, "Throughput: `generate` (float32) vs the lean bf16 decoder", report(payload))
+    else:
+        import json
+
+        print(json.dumps(payload, indent=1, default=str))
+    return 0
+
+
+def report(p: dict) -> str:
+    g = p["gemm_gflops"]
+    gemm = markdown_table(["rows"] + list(g["float32"]),
+                          [["float32 GFLOP/s"] + [round(v) for v in g["float32"].values()],
+                           ["bfloat16 GFLOP/s"] + [round(v) for v in g["bfloat16"].values()]])
+    samp = markdown_table(["batch", "generate fp32 tok/s", "lean tok/s", "speed-up", "decode efficiency (of bf16 GEMM)"],
+                          [[r["batch"], round(r["generate_tok_s"], 1), round(r["lean_tok_s"], 1), f"{r['speedup']:.2f}x",
+                            f"{100 * r['decode_efficiency']:.0f} %"] for r in p["sampling"]])
+    s = p["grpo_step"]
+    rows = [[f"{r['env']} ({r['tasks']}x{r['group']}, {r['max_new_tokens']} new)",
+             f"{r['generate']['seconds']:.1f} / {r['generate']['tok_s']:.0f}",
+             f"{r['lean']['seconds']:.1f} / {r['lean']['tok_s']:.0f}",
+             f"{r['speedup_tok_s']:.2f}x", f"{r['speedup_wall']:.2f}x"] for r in p["rollouts"]]
+    rows.append([f"{s['env']} ({s['tasks']}x{s['group']}, 96 new, 4 turns; the GRPO step's rollout)",
+                 f"{s['generate']['rollout_s']:.1f} / {s['generate']['rollout_tok_s']:.0f}",
+                 f"{s['lean']['rollout_s']:.1f} / {s['lean']['rollout_tok_s']:.0f}",
+                 f"{s['speedup_rollout_tok_s']:.2f}x", f"{s['generate']['rollout_s'] / s['lean']['rollout_s']:.2f}x"])
+    roll = markdown_table(["env (tasks x group)", "generate: s / tok/s", "lean: s / tok/s", "tok/s speed-up", "wall speed-up"], rows)
+    step = markdown_table(["path", "rollout s", "credit s", "update s", "step s", "sequences trained"],
+                          [[k, round(s[k]["rollout_s"], 1), round(s[k]["credit_s"], 2), round(s[k]["update_s"], 1),
+                            round(s[k]["step_s"], 1), s[k]["trained_sequences"]] for k in ("generate", "lean")])
+    e = p["eval"]
+    ev = markdown_table(["path", "batch", "episodes/s", "F1", "invalid"],
+                        [[k, e[k]["batch"], round(e[k]["episodes_s"], 3), round(e[k]["f1"] or 0, 3), round(e[k]["invalid"] or 0, 3)]
+                         for k in ("generate", "lean")])
+    gap = s["lean"].get("sampler_logp_gap")
+    return f"""{p['model']}, {p['threads']} threads, CPU bf16 matrix units: {p['cpu_bf16_matmul']}; model FLOPs per
+token {p['flops_per_token'] / 1e6:.0f} M; prompt {p['prompt_tokens']} tokens (a ToolSearch-v0 system prompt + request).
+
+**GEMM rate at the model's shapes** (its per-layer mix of q/k/v, o, gate/up, down, plus the LM head):
+
+{gemm}
+
+**One sampled turn, every row decoding {p['sampling'][0]['context'] - p['prompt_tokens']} tokens:**
+
+{samp}
+
+**The rollout path on real envs** (GRPO-shaped batches; same tasks, same env seeds; sampled, T = 1):
+
+{roll}
+
+**One GRPO step** ({s['env']}, {s['tasks']} tasks x {s['group']}, LoRA r 16, `toolsearcher`, on-policy, bf16
+autocast in the update): {s['speedup_step']:.2f}x faster.{'' if gap is None else f" Sampler/trainer gap on the lean path: mean |Δ log p| {gap:.4f} per token, TIS weight {s['lean']['tis_weight_mean']:.3f} ± {s['lean']['tis_weight_std']:.3f}."}
+
+{step}
+
+**Greedy evaluation** ({e['tasks']} held-out {e['env']} tasks; each path at its batch): {e['speedup']:.2f}x the episodes/s.
+
+{ev}
+
+Peak RSS of the whole benchmark: {p['peak_rss_mb']:.0f} MB; wall {p['seconds'] / 60:.1f} min; 1-minute load
+average {p['load_average'][0]:.1f} at the start, {p['load_average'][1]:.1f} at the end (2 cores).
+"""
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
