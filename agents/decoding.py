@@ -190,7 +190,7 @@ class KVCache:
     """Per layer a ``[rows, kv_heads, head_dim, length]`` key and ``[rows, kv_heads, length, head_dim]``
     value buffer; row ``r``'s token ``j`` at position ``j``. ``lengths[r]`` is how many tokens row ``r`` holds. Grows in ``block``s."""
 
-    def __init__(self, weights: LeanWeights, rows: int, length: int, block: int = 256):
+    def __init__(self, weights: LeanWeights, rows: int, length: int, block: int = 128):
         self.w, self.block = weights, int(block)
         self.rows = int(rows)
         self.capacity = 0
@@ -209,7 +209,9 @@ class KVCache:
         if length <= self.capacity:
             return
         w, old = self.w, self.capacity
-        new = -(-max(length, int(old * 1.25)) // self.block) * self.block
+        # decode attends over the whole capacity (a contiguous block per row: no copy before the
+        # matrix product), so grow in small steps; each growth copies the cache once
+        new = -(-max(length, int(old * 1.125)) // self.block) * self.block
         keys, values = [], []
         for i in range(w.num_layers):
             k = self._alloc(self.rows, w.kv_heads, w.head_dim, new)  # keys transposed: q @ K is one strided bmm
@@ -247,12 +249,13 @@ def _forward(w: LeanWeights, cache: KVCache, rows: torch.Tensor | slice, ids: to
     cos, sin = w.rotary_cos_sin(pos)
     cos, sin = cos[:, None], sin[:, None]  # [b, 1, t, D]
     # key j is visible to the query at position p iff j <= p (its own row's earlier tokens)
-    visible = torch.arange(span, device=dev)[None, None, :] <= pos[:, :, None]  # [b, t, span]
+    contiguous = isinstance(rows, slice)
+    width = cache.capacity if contiguous else span
+    visible = torch.arange(width, device=dev)[None, None, :] <= pos[:, :, None]  # [b, t, width]
     group = w.heads // w.kv_heads
     bias = torch.zeros(visible.shape, dtype=torch.float32, device=dev).masked_fill_(~visible, float("-inf"))
-    bias = bias[:, None, None].expand(b, 1, group, t, span).reshape(b, 1, group * t, span)
+    bias = bias[:, None, None].expand(b, 1, group, t, width).reshape(b, 1, group * t, width)
     scale = w.head_dim ** -0.5
-    contiguous = isinstance(rows, slice)
     row_idx = torch.arange(cache.rows, device=dev)[rows] if contiguous else rows.to(dev)
     hq, hk, hd = w.heads * w.head_dim, w.kv_heads * w.head_dim, w.head_dim
     for i, layer in enumerate(w.layers):
@@ -268,8 +271,10 @@ def _forward(w: LeanWeights, cache: KVCache, rows: torch.Tensor | slice, ids: to
         K, V = cache.keys[i], cache.values[i]
         K[row_idx[:, None], :, :, pos] = k.transpose(1, 2)  # [b, t, kv_heads, D] at (row, position)
         V[row_idx[:, None], :, pos] = v.transpose(1, 2)
-        keys = K[rows, ..., :span] if contiguous else K[row_idx, ..., :span]  # [b, kv_heads, D, span]
-        vals = V[rows, :, :span] if contiguous else V[row_idx, :, :span]
+        if contiguous:  # decode: the rows' whole buffers, contiguous; positions past each row are masked
+            keys, vals = K[rows], V[rows]  # [b, kv_heads, D, capacity], [b, kv_heads, capacity, D]
+        else:  # prefill of some rows: gathered (a copy) up to the longest
+            keys, vals = K[row_idx, ..., :span], V[row_idx, :, :span]
         # grouped heads in place: [b, kv_heads, group * t, D] queries against the kv heads' keys
         qg = q.reshape(b, w.kv_heads, group * t, hd) * scale
         scores = torch.matmul(qg, keys).float() + bias
@@ -332,7 +337,7 @@ class DecodeEngine:
     """
 
     def __init__(self, weights: LeanWeights, tokenizer: Any, sampling: SamplingConfig, end_ids: Sequence[int],
-                 capacity: int, length_hint: int = 1024, prefill_tokens: int = 4096):
+                 capacity: int, length_hint: int = 0, prefill_tokens: int = 4096):
         self.w, self.tokenizer, self.sampling = weights, tokenizer, sampling
         self.end_ids = frozenset(int(i) for i in end_ids)
         self.capacity = int(capacity)
@@ -363,6 +368,8 @@ class DecodeEngine:
         """New rows with their prompts; a prompt repeated in ``items`` is encoded once."""
         if len(items) > self.free:
             raise ValueError(f"{len(items)} rows asked, {self.free} free")
+        if items:  # room for the longest prompt and one turn, before any row is written
+            self.cache.ensure(max(len(p) for _, p in items) + int(self.sampling.max_new_tokens))
         first: dict[tuple[int, ...], int] = {}
         copies = []
         for key, prompt in items:

@@ -295,7 +295,7 @@ class HFChatPolicy:
         self.glue = ChatGlue.from_tokenizer(tokenizer, self.end_ids, tool_role=tool_role)
         self._lean: Any = None  # the lean decoder's weights, re-read from self.model per engine
 
-    def decode_engine(self, capacity: int, length_hint: int = 1024) -> Any:
+    def decode_engine(self, capacity: int, length_hint: int = 0) -> Any:
         """A :class:`~toolgym.agents.decoding.DecodeEngine` over the model's current weights, or None
         where ``sampling.engine`` is ``generate`` or the model is not one the lean decoder runs."""
         from toolgym.agents.decoding import DecodeEngine, LeanWeights, lean_supported, sampling_dtype

@@ -193,7 +193,7 @@ def collect_rollouts(policy: ChatPolicy, envs: Sequence[gym.Env], task_refs: Seq
         raise ValueError(f"{len(seeds)} seeds for {len(task_refs)} tasks")
     constrained = bool(getattr(policy, "needs_episode", False))
     engine_for = None if constrained else getattr(policy, "decode_engine", None)
-    engine = engine_for(min(len(envs), len(task_refs)), min(max_context_tokens, 1024)) if engine_for and task_refs else None
+    engine = engine_for(min(len(envs), len(task_refs))) if engine_for and task_refs else None
     if engine is not None:
         return _collect_continuous(policy, engine, envs, task_refs, seeds, max_context_tokens, reset_options, on_episode)
     out: list[Rollout] = []
