@@ -68,3 +68,13 @@ def scripted_policy():
             return out
 
     return ScriptedTokenPolicy
+
+
+def one_error_line(err: str, *fragments: str) -> str:
+    """The single non-empty line of a command's stderr, with no traceback, holding every fragment
+    (case-insensitive): how every input error is reported."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment.lower() in lines[0].lower(), lines[0]
+    return lines[0]

@@ -16,6 +16,7 @@ import yaml
 
 from toolgym.trainers import checkpoint as ckpt
 from toolgym.trainers.cli import main
+from conftest import one_error_line
 
 CONFIG = {"model": {"name": "tiny-llama"},
           "env": {"id": "toolgym/ToolSearch-v0", "kwargs": {"max_turns": 2}},
@@ -55,12 +56,7 @@ def _steps(run_dir: Path) -> list[int]:
 
 
 def _one_line(capsys, *fragments: str) -> str:
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment.lower() in lines[0].lower(), lines[0]
-    return lines[0]
+    return one_error_line(capsys.readouterr().err, *fragments)
 
 
 # -- a fresh run never appends to another run's metrics --------------------------------------

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from toolgym.trainers.cli import main
+from conftest import one_error_line
 
 TINY = {"model": {"name": "tiny-llama"},
         "env": {"id": "toolgym/ToolSearch-v0", "kwargs": {"max_turns": 2}},
@@ -38,12 +39,7 @@ def _config(tmp_path: Path, **train) -> str:
 
 def _one_line(argv, capsys, *fragments, status=2):
     assert main(argv) == status
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment.lower() in lines[0].lower(), lines[0]
-    return lines[0]
+    return one_error_line(capsys.readouterr().err, *fragments)
 
 
 # -- model ---------------------------------------------------------------------------------

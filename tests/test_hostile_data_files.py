@@ -20,6 +20,7 @@ from toolgym.data.records import Task
 from toolgym.retrieval.corpus import Tool
 from toolgym.trainers.cli import main
 from toolgym.trainers.evaluate import agent_view
+from conftest import one_error_line
 
 BUNDLED = [name for name, spec in DATASETS.items() if spec.bundled]
 TOOLS = [
@@ -106,12 +107,7 @@ def _one_line_error(argv, capsys, *fragments):
     start = time.monotonic()
     assert main(argv) == 2
     assert time.monotonic() - start < WATCHDOG_S, "blocked on the special file"
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment.lower() in lines[0].lower(), lines[0]
-    return lines[0]
+    return one_error_line(capsys.readouterr().err, *fragments)
 
 
 def _user_files(tmp_path):
