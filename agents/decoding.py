@@ -12,8 +12,9 @@ and every row of a batch waits for the slowest one. Here:
 * :class:`KVCache` — per layer one ``[rows, kv_heads, length, head_dim]`` buffer, grown in blocks;
   a row's token ``j`` always sits at position ``j`` (no padding), so rows of any length share a
   batch and a new token is one indexed write.
-* :class:`DecodeEngine` — rows join (a prompt, encoded once per distinct prompt and copied to the
-  rows that repeat it), decode together, and leave; when a row's turn ends the caller appends the
+* :class:`DecodeEngine` — rows join (a prompt whose longest prefix some cached row holds — a
+  group's repeated prompt, the env's shared system prompt — copies that prefix instead of encoding
+  it), decode together, and leave; when a row's turn ends the caller appends the
   environment's turn and the row goes on in the next step, so no row idles until the slowest row
   of the batch is done, and a finished row's place is given to a waiting episode. Attention reads
   the grouped KV heads in place (queries reshaped to ``[rows, kv_heads, group, ...]``).
@@ -30,6 +31,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
 
+import numpy as np
 import torch
 
 from toolgym.agents.policy import Generation, SamplingConfig
@@ -37,6 +39,7 @@ from toolgym.agents.policy import Generation, SamplingConfig
 __all__ = ["DecodeEngine", "KVCache", "LeanWeights", "cpu_has_bf16_matmul", "lean_supported", "sampling_dtype"]
 
 SUPPORTED_TYPES = ("llama", "qwen2")
+MIN_SHARED_PREFIX = 16  # prompt tokens worth copying from a cached row instead of encoding
 STOP_WINDOW = 13  # tokens decoded to look for a stop string (as HFChatPolicy._cut)
 
 
@@ -223,8 +226,9 @@ class KVCache:
             values.append(v)
         self.keys, self.values, self.capacity = keys, values, new
 
-    def copy_row(self, src: int, dst: int) -> None:
-        n = int(self.lengths[src])
+    def copy_row(self, src: int, dst: int, n: int | None = None) -> None:
+        """Row ``dst`` holds the first ``n`` (default: all) cached positions of row ``src``."""
+        n = int(self.lengths[src]) if n is None else int(n)
         for k, v in zip(self.keys, self.values):
             k[dst, ..., :n] = k[src, ..., :n]
             v[dst, :, :n] = v[src, :, :n]
@@ -289,6 +293,15 @@ def _forward(w: LeanWeights, cache: KVCache, rows: torch.Tensor | slice, ids: to
         return None
     last = _rms_norm(x[:, -1], w.norm, w.eps)
     return torch.nn.functional.linear(last, w.lm_head).float()
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two token arrays."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if len(diff) else n
 
 
 def _sample(logits: torch.Tensor, s: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -365,13 +378,17 @@ class DecodeEngine:
         return self.capacity - len(self.rows)
 
     def add(self, items: Sequence[tuple[Hashable, Sequence[int]]]) -> None:
-        """New rows with their prompts; a prompt repeated in ``items`` is encoded once."""
+        """New rows with their prompts. A prompt's longest prefix that some cached row holds (at
+        least :data:`MIN_SHARED_PREFIX` tokens: a group's repeated prompt, the system prompt every
+        task of an env shares) is copied from that row instead of encoded; the rest is prefilled."""
         if len(items) > self.free:
             raise ValueError(f"{len(items)} rows asked, {self.free} free")
-        if items:  # room for the longest prompt and one turn, before any row is written
-            self.cache.ensure(max(len(p) for _, p in items) + int(self.sampling.max_new_tokens))
-        first: dict[tuple[int, ...], int] = {}
-        copies = []
+        if not items:
+            return
+        # room for the longest prompt and one turn, before any row is written
+        self.cache.ensure(max(len(p) for _, p in items) + int(self.sampling.max_new_tokens))
+        cached = [(r, np.asarray(row.tokens[: int(self.cache.lengths[r])])) for r, row in enumerate(self.rows)]
+        new, sources = [], []
         for key, prompt in items:
             prompt = [int(x) for x in prompt]
             if not prompt:
@@ -379,15 +396,23 @@ class DecodeEngine:
             r = len(self.rows)
             self.rows.append(_Row(key, prompt, len(prompt)))
             self.cache.lengths[r] = 0
-            src = first.setdefault(tuple(prompt), r)
-            if src != r and len(prompt) > 1:
-                copies.append((src, r))
-        if copies:
-            self._prefill([src for src in dict.fromkeys(s for s, _ in copies)])
-            for src, dst in copies:
-                self.cache.copy_row(src, dst)
-                self.rows[dst].pending = 1
-                self.stats["shared_prompt_tokens"] += len(self.rows[dst].tokens) - 1
+            ids = np.asarray(prompt)
+            new.append((r, ids))
+            # a row none of whose prefix is cached or about to be is encoded whole (a source)
+            if max((_common_prefix(ids, c) for _, c in cached + sources), default=0) < MIN_SHARED_PREFIX:
+                sources.append((r, ids[:-1]))  # a source's cache will hold all but its last token
+        self._prefill([r for r, _ in sources])
+        cached += [(r, c) for r, c in sources]
+        source_rows = {r for r, _ in sources}
+        for r, ids in new:
+            if r in source_rows:
+                continue
+            src, n = max(((c_r, min(_common_prefix(ids, c), len(ids) - 1)) for c_r, c in cached), key=lambda x: x[1])
+            if n < MIN_SHARED_PREFIX:
+                continue  # encoded in the next step's prefill
+            self.cache.copy_row(src, r, n)
+            self.rows[r].pending = len(ids) - n
+            self.stats["shared_prompt_tokens"] += n
 
     def extend(self, key: Hashable, tokens: Sequence[int]) -> None:
         """Append tokens (the environment's turn) to a row whose turn ended; its next turn starts after them."""

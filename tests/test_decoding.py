@@ -67,6 +67,30 @@ def test_lean_greedy_turns_equal_generate_with_shared_ragged_and_early_ending_ro
             ids.append(tok)
 
 
+def test_a_shared_prompt_prefix_is_copied_not_encoded_and_changes_no_token(tokenizer):
+    model = sharp_tiny(tokenizer, seed=6)
+    policy = HFChatPolicy(model, tokenizer, fp32(max_new_tokens=6, temperature=0.0))
+    ref = HFChatPolicy(model, tokenizer, fp32(max_new_tokens=6, temperature=0.0, engine="generate"))
+    system = {"role": "system", "content": "You find tools. " * 12}  # what every task of an env shares
+    prompts = [policy.encode_prompt([system, {"role": "user", "content": q}]) for q in ("Book a flight", "Weather in Oslo?")]
+    common = next(i for i, (x, y) in enumerate(zip(*prompts)) if x != y)
+    assert common >= 40
+    engine = policy.decode_engine(capacity=3)
+    engine.add([(0, prompts[0])])
+    first = engine.step()  # row 0 is cached (and decoding) when the others join
+    engine.add([(1, prompts[1]), (2, prompts[0])])
+    assert engine.stats["shared_prompt_tokens"] == common + len(prompts[0]) - 1
+    out = {k: g for k, g in first}
+    while len(out) < 3 or len(engine):
+        for key, gen in engine.step():
+            out.setdefault(key, gen)
+            engine.remove(key)
+        if not len(engine):
+            break
+    for key, prompt in ((1, prompts[1]), (2, prompts[0])):
+        assert out[key].token_ids == ref.generate_batch([prompt])[0].token_ids
+
+
 def test_a_row_extended_with_an_env_turn_continues_as_a_fresh_encoding(tokenizer):
     model = sharp_tiny(tokenizer, seed=3)
     policy = HFChatPolicy(model, tokenizer, fp32(max_new_tokens=5, temperature=0.0))
