@@ -390,7 +390,7 @@ class HFChatPolicy:
         """
         if not prompts:
             return []
-        engine = self.decode_engine(len(prompts), max(len(p) for p in prompts) + int(max_new_tokens or self.sampling.max_new_tokens))
+        engine = self.decode_engine(len(prompts))  # sized by its prompts when they are added
         if engine is not None:
             return self._generate_lean(engine, prompts, max_new_tokens)
         was_training = self.model.training
