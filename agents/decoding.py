@@ -234,10 +234,6 @@ class KVCache:
             v[dst, :, :n] = v[src, :, :n]
         self.lengths[dst] = n
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
-
 
 def _forward(w: LeanWeights, cache: KVCache, rows: torch.Tensor | slice, ids: torch.Tensor,
              starts: torch.Tensor, want_logits: bool) -> torch.Tensor | None:
@@ -512,14 +508,15 @@ class DecodeEngine:
         return any(s in window for s in self.stops)
 
 
-_CLOSERS: dict[tuple[int, str], frozenset[int]] = {}
+_CLOSERS: dict[tuple[str, int, str], frozenset[int]] = {}
 
 
 def _closer_ids(tokenizer: Any, chars: str) -> frozenset[int]:
-    """Ids whose decoded text contains any of ``chars`` (one vocabulary pass per tokenizer and stop set)."""
-    key = (id(tokenizer), chars)
+    """Ids whose decoded text contains any of ``chars`` (one vocabulary pass per tokenizer and stop
+    set; keyed by what the tokenizer is, not ``id()``, which a collected object's successor reuses)."""
+    key = (str(getattr(tokenizer, "name_or_path", "")), len(tokenizer), chars)
     if key not in _CLOSERS:
-        vocab = tokenizer.get_vocab()
-        texts = tokenizer.batch_decode([[i] for i in sorted(vocab.values())])
-        _CLOSERS[key] = frozenset(i for i, t in zip(sorted(vocab.values()), texts) if any(c in t for c in chars))
+        ids = sorted(tokenizer.get_vocab().values())
+        texts = tokenizer.batch_decode([[i] for i in ids])
+        _CLOSERS[key] = frozenset(i for i, t in zip(ids, texts) if any(c in t for c in chars))
     return _CLOSERS[key]
