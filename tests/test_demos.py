@@ -124,3 +124,17 @@ def test_demos_cli_writes_rollouts_and_stats(tmp_path, capsys):
     assert main(["demos", "toolgym/ToolSearch-v0", "--agent", "clauses_top1", "--out", str(out),
                  "--env-kwargs", "[1"]) == 2
     assert main(["demos", "toolgym/Nope-v0", "--agent", "clauses_top1", "--out", str(out)]) == 2
+
+
+def test_demos_help_lists_every_demonstrator():
+    import argparse
+
+    from toolgym.agents.demonstrators import DEMONSTRATORS
+    from toolgym.trainers.demos import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    help_text = " ".join(parser.format_help().split())
+    for name in DEMONSTRATORS:
+        make_demonstrator(name)  # each listed name is one the factory accepts
+        assert re.search(rf"\b{name}\b", help_text), name

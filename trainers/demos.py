@@ -116,10 +116,12 @@ def collect_demos(env_id: str, agents: Sequence[str], *, split: str | None = "tr
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from toolgym.agents.demonstrators import DEMONSTRATORS  # the help lists exactly what make_demonstrator accepts
+
     parser.add_argument("env_id", help="environment id, e.g. toolgym/ToolSearch-v0 (see `toolgym envs`)")
     parser.add_argument("--agent", required=True,
                         help="demonstrator name(s), comma-separated (best episode per task is kept): "
-                             "clauses_top1, clauses_top2, clauses_top1_cat, request_top3, clauses, reference")
+                             + ", ".join(DEMONSTRATORS))
     parser.add_argument("--out", required=True, help="output JSONL (rollout records)")
     parser.add_argument("--split", default="train", help="task split (default train; 'none' for all tasks)")
     parser.add_argument("--min-reward", type=float, default=0.0, help="keep episodes with reward >= this")
