@@ -65,7 +65,8 @@ def main() -> None:
         md.append(f"**{name}**: skipped ({why})\n")
     payload = {"limit": args.limit, "results": results, "skipped": skipped, "wall_s": time.perf_counter() - start}
     title = "Retrieval ladder" if args.name == "ladder" else f"Retrieval ladder (`--name {args.name}`: {', '.join(results)})"
-    write_report(args.name, payload, title, "\n".join(md))
+    write_report(args.name, payload, title, "\n".join(md),
+                 script="ladder.py" if args.name == "ladder" else f"ladder.py --name {args.name}")
     print("\n".join(md))
 
 

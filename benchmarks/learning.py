@@ -3,7 +3,9 @@
 For every run (an env + a reward scheme): greedy evaluation of the base model and of the warm
 start (``toolgym sft`` output) on the first ``--eval-tasks`` held-out tasks, GRPO from the warm
 start for ``--budget-min`` minutes of CPU wall time (LoRA), greedy evaluation again on the same
-tasks. Every task's numbers are saved (``benchmarks/results/learning_tasks.json``), and each
+tasks. Every task's numbers are saved (``benchmarks/results/learning_tasks.json``, one entry per
+run and invocation, ``<run>@<date>``, appended: a later invocation never replaces an earlier one's
+rows, and each report row names its entry as ``tasks_key``), and each
 comparison is reported as the paired gain ± its paired standard error
 (:func:`toolgym.trainers.paired_eval.paired_gain`); a gain counts when it exceeds 2 se.
 For the decomposer it also reports held-out retrieval C@10 / N@5 of its subtasks against the
@@ -145,7 +147,37 @@ def retrieval_baselines(env_name: str, n: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def load_task_runs(path: Path) -> dict[str, Any]:
+    """``learning_tasks.json`` as ``{"runs": {key: entry}}``; a file in the old layout (flat
+    ``"<env>/<stage>"`` / ``"<run>/grpo"`` keys, overwritten per env) is kept under ``"legacy"``."""
+    if not path.exists():
+        return {"runs": {}}
+    got = json.loads(path.read_text())
+    if isinstance(got.get("runs"), dict):
+        return got
+    return {"runs": {}, "legacy": got}
+
+
+def stage_means(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean of every numeric per-task field (what an evaluation's ``mean`` reports)."""
+    keys = [k for k, v in rows[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return {k: sum(float(r[k]) for r in rows) / len(rows) for k in keys}
+
+
+GAINS = {"sft_gain": ("base", "warm_start"), "grpo_gain": ("warm_start", "grpo"), "total_gain": ("base", "grpo")}
+
+
+def gains_from_rows(stages: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """The report's paired gains, recomputed from one entry's per-task rows."""
+    from toolgym.trainers.paired_eval import compare
+
+    return {name: compare({"rows": stages[a]}, {"rows": stages[b]})
+            for name, (a, b) in GAINS.items() if a in stages and b in stages}
+
+
 def main(argv: list[str] | None = None) -> int:
+    from datetime import datetime, timezone
+
     from toolgym.trainers.paired_eval import compare
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -168,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out)
     tasks_path = RESULTS / "learning_tasks.json"
-    per_task: dict[str, Any] = json.loads(tasks_path.read_text()) if tasks_path.exists() else {}
+    task_runs = load_task_runs(tasks_path)
+    invoked = datetime.now(timezone.utc).isoformat(timespec="seconds")
     # runs measured earlier from the same warm start stay in the report (one invocation per run is
     # how runs with different --set overrides share a table)
     previous = json.loads((RESULTS / "learning.json").read_text()) if (RESULTS / "learning.json").exists() else {}
@@ -179,9 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         base = None if args.skip_base else evaluate(args.base, env_name, n, out / f"eval_base_{env_name}.json",
                                                     args.eval_batch)
         warm = evaluate(args.warm_start, env_name, n, out / f"eval_warm_{env_name}.json", args.eval_batch)
-        if base is not None:
-            per_task[f"{env_name}/base"] = base["rows"]
-        per_task[f"{env_name}/warm_start"] = warm["rows"]
+        stages = {"base": base["rows"]} if base is not None else {}
+        stages["warm_start"] = warm["rows"]
         row: dict[str, Any] = {"env_id": ENVS[env_name]["id"], "reward_scheme": reward["name"], "eval_tasks": n,
                                "max_new_tokens": ENVS[env_name]["max_new_tokens"],
                                "base": base["mean"] if base else None, "warm_start": warm["mean"],
@@ -193,20 +225,24 @@ def main(argv: list[str] | None = None) -> int:
             row["grpo_overrides"] = list(args.overrides)
             row["grpo_budget_min"] = args.budget_min
             after = evaluate(str(run_dir), env_name, n, out / f"eval_grpo_{run}.json", args.eval_batch)
-            per_task[f"{run}/grpo"] = after["rows"]
+            stages["grpo"] = after["rows"]
             row["grpo"] = after["mean"]
             row["grpo_gain"] = compare(warm, after)
             row["total_gain"] = compare(base, after) if base else None
         if env_name in DECOMPOSITION_ENVS:
             row["retrieval_baselines"] = retrieval_baselines(env_name, n)
+        row["tasks_key"] = key = f"{run}@{invoked}"
+        task_runs["runs"][key] = {"run": run, "env": env_name, "env_id": ENVS[env_name]["id"], "date": invoked,
+                                  "eval_tasks": n, "max_new_tokens": ENVS[env_name]["max_new_tokens"],
+                                  "overrides": list(args.overrides), "stages": stages}
         results[run] = row
     body = report_body(results, args)
     if args.no_report:
         print(body)
         return 0
-    tasks_path.write_text(json.dumps(per_task, indent=1) + "\n")
+    tasks_path.write_text(json.dumps(task_runs, indent=1) + "\n")
     write_report("learning", {"base": args.base, "warm_start": args.warm_start, "budget_min": args.budget_min,
-                              "results": results}, "Learning: base -> warm start -> GRPO (paired, held out)",
+                              "config": args.config, "results": results}, "Learning: base -> warm start -> GRPO (paired, held out)",
                  body)
     print(json.dumps({k: {s: v.get(s) for s in ("sft_gain", "grpo_gain", "total_gain")} for k, v in results.items()},
                      indent=2))
@@ -217,6 +253,12 @@ def _pm(g: dict[str, float] | None) -> str:
     if not g:
         return "-"
     return f"{g['gain']:+.3f} ± {g['se']:.3f}" + (" ✔" if g["exceeds_2se"] else "")
+
+
+def report_args(payload: dict[str, Any]) -> argparse.Namespace:
+    """The arguments :func:`report_body` reads, from a ``learning.json`` payload (to re-render its section)."""
+    return argparse.Namespace(base=payload["base"], warm_start=payload["warm_start"],
+                              budget_min=payload["budget_min"], config=payload.get("config"))
 
 
 def report_body(results: dict[str, Any], args: argparse.Namespace) -> str:
@@ -237,7 +279,8 @@ def report_body(results: dict[str, Any], args: argparse.Namespace) -> str:
         f"for a fixed wall-clock budget (`{args.config or 'configs/learning_grpo.yaml'}` with the overrides shown). "
         "Greedy episodes on the "
         "first held-out tasks; mean env reward per stage; gains are paired over the same tasks (± paired standard "
-        "error; ✔ = gain > 2 se). Per-task rewards: `benchmarks/results/learning_tasks.json`.\n\n"
+        "error; ✔ = gain > 2 se). Per-task rows: `benchmarks/results/learning_tasks.json`, entry `tasks_key` of "
+        "each row of `learning.json`.\n\n"
         + markdown_table(["env", "reward", "tasks", "new tokens", "base", "warm start", "GRPO", "base→warm", "warm→GRPO",
                           "base→GRPO", "GRPO steps", "overrides", "invalid rate"], rows)
     )

@@ -79,6 +79,7 @@ def collect_demos(env_id: str, agents: Sequence[str], *, split: str | None = "tr
     all_rewards: list[float] = []
     kept_by_agent: dict[str, int] = {}
     dropped = {"below_min_reward": 0, "gold_leak": 0}
+    per_task: list[dict[str, Any]] = []  # one row per task: its best reward, which agent, kept or why not
     iterator: Any = enumerate(tasks)
     if progress:
         from tqdm import tqdm
@@ -95,10 +96,14 @@ def collect_demos(env_id: str, agents: Sequence[str], *, split: str | None = "tr
             if best is None or ret > best[0]:
                 best = (ret, traj, getattr(demo, "name", type(demo).__name__))
         if best is None:
+            per_task.append({"task_id": task.id, "reward": None, "agent": None, "kept": False, "why": "gold_leak"})
             continue
         if best[0] < min_reward:
             dropped["below_min_reward"] += 1
+            per_task.append({"task_id": task.id, "reward": float(best[0]), "agent": best[2], "kept": False,
+                             "why": "below_min_reward"})
             continue
+        per_task.append({"task_id": task.id, "reward": float(best[0]), "agent": best[2], "kept": True, "why": None})
         best[1].env_reward = float(best[0])
         groups.append((task, [best[1]]))
         kept_by_agent[best[2]] = kept_by_agent.get(best[2], 0) + 1
@@ -111,7 +116,7 @@ def collect_demos(env_id: str, agents: Sequence[str], *, split: str | None = "tr
     stats = {"env_id": env_id, "agents": list(agents), "split": split, "min_reward": min_reward,
              "env_kwargs": env_kwargs or {}, "tasks": len(tasks), "kept": len(groups), "dropped_tasks": dropped,
              "kept_by_agent": kept_by_agent, "reward_all_episodes": _quantiles(all_rewards), "reward_kept": _quantiles(kept),
-             "reward_kept_histogram": histogram}
+             "reward_kept_histogram": histogram, "per_task": per_task}
     return groups, stats
 
 
