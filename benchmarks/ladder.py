@@ -10,12 +10,13 @@ Run: ``nice -n 15 python benchmarks/ladder.py [--datasets seal_tools,api_bank] [
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import ROOT, write_report  # noqa: E402
+from _report import RESULTS, ROOT, write_report  # noqa: E402
 
 from toolgym.trainers.ladder import DEFAULT_LIMIT, ladder_markdown, ladder_names, load_ladder_data, run_ladder  # noqa: E402
 
@@ -63,7 +64,12 @@ def main() -> None:
                ladder_markdown(res), ""]
     for name, why in skipped.items():
         md.append(f"**{name}**: skipped ({why})\n")
-    payload = {"limit": args.limit, "results": results, "skipped": skipped, "wall_s": time.perf_counter() - start}
+    # per-query rows (thousands) go to their own compact file: one line per dataset / rung
+    per_query = {f"{name}/{label}": rows for name, res in results.items() for label, rows in res.pop("per_query").items()}
+    (RESULTS / f"{args.name}_queries.json").write_text(
+        "{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in per_query.items()) + "\n}\n")
+    payload = {"limit": args.limit, "results": results, "skipped": skipped, "wall_s": time.perf_counter() - start,
+               "per_query_file": f"benchmarks/results/{args.name}_queries.json"}
     title = "Retrieval ladder" if args.name == "ladder" else f"Retrieval ladder (`--name {args.name}`: {', '.join(results)})"
     write_report(args.name, payload, title, "\n".join(md),
                  script="ladder.py" if args.name == "ladder" else f"ladder.py --name {args.name}")

@@ -59,6 +59,18 @@ def test_ladder_rungs_agree_with_direct_evaluation_and_name_the_missing_models()
     assert result["rungs"]["+ decomposition (clause splitter)"]["clauses_per_query"] >= 1
     table = ladder_markdown(result)
     assert table.count(NOT_TRAINED) == 6 and "| BM25 |" in table
+    # every measured rung keeps the per-query rows its numbers are the means of
+    for label, m in result["rungs"].items():
+        if m.get("status") == NOT_TRAINED:
+            assert label not in result["per_query"]
+            continue
+        rows = result["per_query"][label]
+        assert [r["task_id"] for r in rows] == [t.id for t in data.tasks]
+        for key in ("N@5", "C@10", "C@20", "C@K"):
+            if key in m:
+                assert m[key] == pytest.approx(100 * sum(r[key] for r in rows) / len(rows))
+    assert [r["C@10"] for r in result["per_query"]["BM25"]] == [completeness_at_k(r, t.gold, 10)
+                                                                 for r, t in zip(ranked, data.tasks)]
 
 
 def test_reranker_stages_from_a_run_folder_or_one_model(tmp_path):

@@ -228,8 +228,13 @@ def evaluate_retrieval(
     decompose: str = "none",
     reranker: Any = None,
     candidates: int = 20,
+    keep_rows: bool = False,
 ) -> dict[str, Any]:
-    """Metrics in % (N@k, R@k, C@k; K, P@K, R@K, C@K, F1@K of the final cut) overall and per group."""
+    """Metrics in % (N@k, R@k, C@k; K, P@K, R@K, C@K, F1@K of the final cut) overall and per group.
+
+    ``keep_rows``: also return ``per_task``, each query's metrics (fractions, as averaged) with its
+    ``task_id``, so a benchmark can keep the rows its means come from.
+    """
     from toolgym.retrieval.topk import dual_boundary_dynamic_top_k
 
     dynamic = topk == "dynamic"
@@ -282,6 +287,8 @@ def evaluate_retrieval(
             by_group[task.group].append(row)
     if by_group:
         result["groups"] = {g: mean(rows) for g, rows in sorted(by_group.items())}
+    if keep_rows:
+        result["per_task"] = [{"task_id": task.id, **row} for task, row in zip(tasks, per_task)]
     return result
 
 

@@ -133,6 +133,8 @@ def run_ladder(
 
     Metrics in %: N@5, R@10, C@10, C@20; the dynamic top-K rung has the mean ``K`` and ``C@K``
     (with ``P@K``, ``R@K``, ``F1@K``) of the cut it makes in the previous rung's list.
+    ``per_query[label]``: each query's metrics (fractions; the rung's numbers are 100 x their mean)
+    for every rung measured here (the trained-policy rung is an env evaluation: none).
     """
     from toolgym.retrieval import build_index
     from toolgym.trainers.eval_cmd import evaluate_retrieval
@@ -140,12 +142,14 @@ def run_ladder(
     tasks, corpus = data.tasks, data.corpus
     rungs: dict[str, dict[str, Any]] = {}
     timing: dict[str, float] = {}
+    per_query: dict[str, list[dict[str, Any]]] = {}
 
     def rung(label: str, index: Any, **kw: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
-        res = evaluate_retrieval(index, tasks, KS, candidates=depth, **kw)
+        res = evaluate_retrieval(index, tasks, KS, candidates=depth, keep_rows=True, **kw)
         timing[label] = time.perf_counter() - t0
         rungs[label] = _metrics(res)
+        per_query[label] = [{k: r[k] for k in ("task_id", *rungs[label])} for r in res["per_task"]]
         log(f"{data.name} {label}: {_fmt(rungs[label])} ({timing[label]:.0f} s)")
         return res
 
@@ -190,12 +194,14 @@ def run_ladder(
         else:
             rungs["+ decomposition (trained policy)"] = {"status": NOT_TRAINED}
         rungs["+ dynamic top-K (Alg. 2)"] = {key: float(clauses[key]) for key in ("K", "C@K", "P@K", "R@K", "F1@K")}
+        per_query["+ dynamic top-K (Alg. 2)"] = [{k: r[k] for k in ("task_id", "K", "C@K", "P@K", "R@K", "F1@K")}
+                                                 for r in clauses["per_task"]]
         log(f"{data.name} + dynamic top-K (Alg. 2): {_fmt(rungs['+ dynamic top-K (Alg. 2)'])}")
     first_label = next((k for k, v in {"BM25": bm25, "hybrid (BM25 + MiniLM)": hybrid, "fine-tuned dense": tuned_dense,
                                        "hybrid (BM25 + fine-tuned)": tuned_hybrid, "dense (MiniLM)": dense}.items()
                         if v is first), "?")
     return {"dataset": data.name, "queries": len(tasks), "of": data.total, "note": data.note, "depth": depth,
-            "first_stage": first_label, "rungs": rungs,
+            "first_stage": first_label, "rungs": rungs, "per_query": per_query,
             "seconds": timing, "reranker_run": {k: summary.get(k) for k in ("steps", "budget_minutes", "retriever")} if summary else None}
 
 
