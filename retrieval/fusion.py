@@ -5,7 +5,9 @@ input lists, so results are deterministic.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from fractions import Fraction
 
 
 def fuse_round_robin(rankings: Sequence[Sequence[str]], k: int | None = None) -> list[str]:
@@ -21,17 +23,54 @@ def fuse_round_robin(rankings: Sequence[Sequence[str]], k: int | None = None) ->
     return out[:k] if k is not None else out
 
 
-def fuse_rrf(rankings: Sequence[Sequence[str]], k: int | None = None, c: float = 60.0) -> list[str]:
-    """Reciprocal-rank fusion: score(t) = Σ_lists 1 / (c + rank(t)), ranks from 1."""
-    scores: dict[str, float] = {}
+def rrf_ranks(rankings: Sequence[Sequence[str]]) -> dict[str, list[int]]:
+    """Each tool's 1-based rank in every list that holds it (its first place there), in list
+    order; the dict's order is first-seen order (list 1 top to bottom, then list 2's new tools...)."""
+    ranks: dict[str, list[int]] = {}
     for ranking in rankings:
         seen: set[str] = set()
         for rank, tool in enumerate(ranking, start=1):
             if tool in seen:
                 continue
             seen.add(tool)
-            scores[tool] = scores.get(tool, 0.0) + 1.0 / (c + rank)
-    order = sorted(scores, key=lambda t: -scores[t])  # sorted() is stable: first-seen wins ties
+            ranks.setdefault(tool, []).append(rank)
+    return ranks
+
+
+# Floats closer than this (relative) are compared exactly: far above the rounding of a sum of
+# reciprocals (a few ulps per list), so every pair outside a near-tie block is already ordered right.
+_NEAR_TIE = 1e-9
+
+
+def fuse_rrf(rankings: Sequence[Sequence[str]], k: int | None = None, c: float = 60.0) -> list[str]:
+    """Reciprocal-rank fusion: score(t) = Σ_lists 1 / (c + rank(t)), ranks from 1.
+
+    Exact ties go to the tool seen first (:func:`rrf_ranks` order). The sums are rationals, and
+    equal ones can come from different ranks (1/70 + 1/105 = 1/63 + 1/126) whose float sums
+    differ in the last bit; so tools whose float scores lie within ``_NEAR_TIE`` of each other
+    are re-ordered by their exact :class:`fractions.Fraction` scores.
+    """
+    if not math.isfinite(c) or c < 0:
+        raise ValueError(f"RRF constant c must be a finite number >= 0, got {c!r}")
+    ranks = rrf_ranks(rankings)
+    # fsum rounds the exact sum of the terms once, so the float never depends on list order.
+    approx = {tool: math.fsum(1.0 / (c + r) for r in rs) for tool, rs in ranks.items()}
+    order = sorted(ranks, key=lambda t: -approx[t])  # stable: first-seen first among equal floats
+    first_seen = {tool: i for i, tool in enumerate(ranks)}
+    exact_c = Fraction(c)
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and approx[order[end - 1]] - approx[order[end]] <= _NEAR_TIE * approx[order[end - 1]]:
+            end += 1
+        if end - start > 1:
+            block = order[start:end]
+            if len({tuple(sorted(ranks[t])) for t in block}) == 1:  # the same ranks: an exact tie
+                order[start:end] = sorted(block, key=first_seen.__getitem__)
+            else:
+                exact = {t: sum((1 / (exact_c + r) for r in ranks[t]), Fraction(0)) for t in block}
+                order[start:end] = sorted(block, key=lambda t: (-exact[t], first_seen[t]))
+        start = end
     return order[:k] if k is not None else order
 
 

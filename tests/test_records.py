@@ -1,6 +1,8 @@
 """Records round-trip through JSON; fusion, clause splitting and the counterfactual reward on hand numbers."""
+import functools
 import json
 import math
+import random
 
 import pytest
 
@@ -62,6 +64,58 @@ def test_fusion_by_hand():
         fuse(lists, "max_score")
     with pytest.raises(ValueError, match="unknown fusion"):
         fuse(lists, "borda")
+
+
+@functools.lru_cache(maxsize=None)
+def _lcm_of_range(low: int, high: int) -> int:
+    return math.lcm(*range(low, high + 1))
+
+
+def _rrf_exactly(rankings: list[list[str]], c: int = 60, max_rank: int = 200) -> list[str]:
+    """The tie rule spelled out in integers: score * L with L = lcm(c+1 .. c+max_rank), so every
+    1/(c + rank) is a whole number and equal sums are equal ints; equal ones in first-seen order."""
+    lcm = _lcm_of_range(c + 1, c + max_rank)
+    score: dict[str, int] = {}
+    for ranking in rankings:
+        assert len(ranking) <= max_rank
+        seen: set[str] = set()
+        for rank, tool in enumerate(ranking, start=1):
+            if tool not in seen:
+                seen.add(tool)
+                score[tool] = score.get(tool, 0) + lcm // (c + rank)
+    first = {tool: i for i, tool in enumerate(score)}
+    return sorted(score, key=lambda t: (-score[t], first[t]))
+
+
+def test_rrf_exact_tie_goes_to_the_first_seen_tool():
+    # y at ranks (3, 80), x at (24, 30): 1/63 + 1/140 = 1/84 + 1/90 = 29/1260, but the float sums
+    # differ in the last bit (x's is larger). y is seen first (rank 3 of list 1), so y wins.
+    one = [f"p{i}" for i in range(100)]
+    two = [f"q{i}" for i in range(100)]
+    one[2], one[23] = "y", "x"
+    two[29], two[79] = "x", "y"
+    assert 1 / 84 + 1 / 90 != 1 / 63 + 1 / 140
+    fused = fuse_rrf([one, two])
+    assert fused.index("y") == fused.index("x") - 1
+    assert fused == _rrf_exactly([one, two])
+
+
+def test_rrf_tie_rule_holds_exactly_on_random_fusions():
+    rng = random.Random(0)
+    for _ in range(20_000):
+        pool = [f"t{i}" for i in range(rng.randint(20, 200))]
+        lists = [rng.sample(pool, rng.randint(1, min(100, len(pool)))) for _ in range(rng.randint(2, 4))]
+        if rng.random() < 0.2:  # a repeat inside one list counts at its first place only
+            lists[0] = lists[0] + lists[0][:3]
+        expected = _rrf_exactly(lists)
+        assert fuse_rrf(lists) == expected
+        assert fuse_rrf(lists, k=5) == expected[:5]
+
+
+def test_rrf_refuses_a_bad_constant():
+    for c in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="RRF constant"):
+            fuse_rrf([["a"]], c=c)
 
 
 def test_counterfactual_reward_by_hand():
