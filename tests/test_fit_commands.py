@@ -108,6 +108,13 @@ def test_fit_preference_tiny_reports_heldout_pairwise_accuracy(tmp_path):
     summary, _ = _check_run(out)
     assert summary["steps"] == 3 and summary["heldout"]["pairs"] > 0
     assert 0 <= summary["heldout"]["accuracy"] <= 100 and summary["heldout"]["by_kind"]
+    rows = summary["heldout"]["per_pair"]  # the accuracy is recomputable from the kept rows
+    assert len(rows) == summary["heldout"]["pairs"]
+    assert all(r["win"] == (r["chosen"] > r["rejected"]) for r in rows)
+    assert summary["heldout"]["accuracy"] == pytest.approx(100 * sum(r["win"] for r in rows) / len(rows))
+    for kind, acc in summary["heldout"]["by_kind"].items():
+        mine = [r["win"] for r in rows if r["kind"] == kind]
+        assert acc == pytest.approx(100 * sum(mine) / len(mine))
     from toolgym.rewards.preference import PreferenceScorer, preference_reward
     from toolgym.rewards.preference_model import CrossEncoderPreferenceScorer
 

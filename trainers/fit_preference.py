@@ -63,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def pairwise_accuracy(scorer: Any, pairs: Sequence[Any]) -> dict[str, Any]:
-    """Share of pairs (in %) where s(x, y*) > s(x, y⁻), overall and per corruption kind."""
+    """Share of pairs (in %) where s(x, y*) > s(x, y⁻), overall and per corruption kind; ``per_pair``
+    keeps every pair's task id, kind and two scores, the rows the accuracies are computed from."""
     from toolgym.rewards.preference_model import preference_inputs
 
     texts = [p for pair in pairs for p in preference_inputs(pair.task, [list(pair.chosen), list(pair.rejected)])]
@@ -76,6 +77,8 @@ def pairwise_accuracy(scorer: Any, pairs: Sequence[Any]) -> dict[str, Any]:
         "accuracy": 100.0 * float(wins.mean()) if len(pairs) else 0.0,
         "pairs": len(pairs),
         "by_kind": {k: 100.0 * float(np.mean(v)) for k, v in sorted(by_kind.items())},
+        "per_pair": [{"task_id": pair.task.id, "kind": pair.kind, "chosen": float(sc[0]), "rejected": float(sc[1]),
+                      "win": bool(win)} for pair, sc, win in zip(pairs, scores, wins)],
     }
 
 
