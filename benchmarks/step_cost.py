@@ -72,13 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from toolgym.trainers.rollout import collect_rollouts
-    from toolgym.trainers.train_cmd import build_policy, env_tasks, load_config, make_envs, to_plain, train
+    from toolgym.trainers.config import config_dict
+    from toolgym.trainers.train_cmd import build_policy, env_tasks, load_train_config, make_envs, train
 
-    cfg = load_config(args.config, overrides)
-    plain = to_plain(cfg)
+    cfg = load_train_config(args.config, overrides)
+    plain = config_dict(cfg)
     # 1. generation: rollouts vs plain generate on the same prompts (first turn of each task)
     torch.manual_seed(0)
-    policy = build_policy(plain["model"], plain["sampling"])
+    policy = build_policy(cfg.model, cfg.sampling)
     env_kwargs = {**plain["env"]["kwargs"], **plain["env"]["train_kwargs"]}
     envs = make_envs(plain["env"]["id"], env_kwargs, args.prompts)
     task_ids = [t.id for t in env_tasks(envs[0])[: args.prompts]]

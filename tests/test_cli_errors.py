@@ -155,11 +155,11 @@ def test_train_with_a_missing_model_path_is_one_line(tmp_path, capsys):
 # -- resume --------------------------------------------------------------------------------
 def _fake_checkpoint(run_dir: Path, config_path: str, step: int = 1) -> Path:
     """A checkpoint folder whose state.json holds the config that ``config_path`` merges to."""
-    from toolgym.trainers.train_cmd import load_config, to_plain
+    from toolgym.trainers.config import config_dict, load_train_config
 
     folder = run_dir / "checkpoints" / f"step_{step:06d}"
     folder.mkdir(parents=True)
-    ckpt.write_json(folder / ckpt.STATE_FILE, {"config": to_plain(load_config(config_path)), "step": step})
+    ckpt.write_json(folder / ckpt.STATE_FILE, {"config": config_dict(load_train_config(config_path)), "step": step})
     import torch
 
     torch.save({}, folder / ckpt.WEIGHTS_FILE)  # a complete checkpoint has its weights file

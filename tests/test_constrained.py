@@ -240,17 +240,18 @@ def test_old_logprobs_equal_sampling_logprobs_and_the_ratio_is_one(tokenizer, ti
 
 
 def test_config_key_builds_the_constrained_policy():
-    from toolgym.trainers.config import load_config
+    from toolgym.trainers.config import load_train_config
+    from toolgym.trainers.config import ModelConfig
     from toolgym.trainers.evaluate import build_policy
 
-    cfg = load_config(None, ["model.name=tiny-llama", "model.constrained=toolsearch"])
+    cfg = load_train_config(None, ["model.name=tiny-llama", "model.constrained=toolsearch"])
     policy = build_policy(cfg.model, {"max_new_tokens": 48})
     assert isinstance(policy, ConstrainedToolSearchPolicy) and isinstance(policy, ChatPolicy)
-    assert not isinstance(build_policy({"name": "tiny-llama"}, {}), ConstrainedToolSearchPolicy)
+    assert not isinstance(build_policy(ModelConfig(name="tiny-llama"), {}), ConstrainedToolSearchPolicy)
     with pytest.raises(ValueError, match="model.constrained"):
-        load_config(None, ["model.constrained=json"])
+        load_train_config(None, ["model.constrained=json"])
     with pytest.raises(ValueError, match="top_p"):
-        load_config(None, ["model.constrained=toolsearch", "sampling.top_p=0.9"])
+        load_train_config(None, ["model.constrained=toolsearch", "sampling.top_p=0.9"])
 
 
 def test_rollout_passes_messages_not_gold(tokenizer, tiny):
@@ -272,14 +273,14 @@ def test_rollout_passes_messages_not_gold(tokenizer, tiny):
 def test_a_constrained_training_run_and_its_checkpoint_evaluation(tmp_path):
     """`toolgym train ... model.constrained=toolsearch`: no invalid action, ratio 1 on the first
     update; the checkpoint evaluates constrained (its config says so)."""
-    from toolgym.trainers.config import load_config
+    from toolgym.trainers.config import load_train_config
     from toolgym.trainers.evaluate import evaluate_policy
     from toolgym.trainers.train import train
 
     overrides = ["model.name=tiny-llama", "model.constrained=toolsearch", f"run_dir={tmp_path / 'run'}",
                  "env.kwargs={max_turns: 2}", "sampling.max_new_tokens=40", "grpo.lr=1e-3", "reward.name=toolsearcher",
                  "train.steps=1", "train.tasks_per_step=1", "train.group_size=2", "train.checkpoint_every=1"]
-    train(load_config(None, overrides), progress=False)
+    train(load_train_config(None, overrides), progress=False)
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert row["invalid_rate"] == 0.0 and row["ratio"] == pytest.approx(1.0, abs=1e-6)
     result = evaluate_policy(str(tmp_path / "run"), "toolgym/ToolSearch-v0", split="heldout", num_tasks=2,

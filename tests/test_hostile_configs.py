@@ -53,9 +53,10 @@ def test_unknown_model_dtype_is_one_line(tmp_path, capsys, dtype):
 def test_model_dtype_applies_to_tiny_llama_too(dtype):
     import torch
 
+    from toolgym.trainers.config import ModelConfig
     from toolgym.trainers.evaluate import build_policy
 
-    policy = build_policy({"name": "tiny-llama", "dtype": dtype, "device": "cpu"}, {"max_new_tokens": 2})
+    policy = build_policy(ModelConfig(name="tiny-llama", dtype=dtype, device="cpu"), {"max_new_tokens": 2})
     assert next(policy.model.parameters()).dtype == getattr(torch, dtype)  # was silently float32
 
 
@@ -97,16 +98,16 @@ def test_interpolation_bomb_in_overrides_is_refused_quickly(tmp_path):
 
 
 def test_overrides_and_file_share_the_reference_cap(tmp_path):
-    from toolgym.trainers.config import MAX_CONFIG_REFERENCES, load_config
+    from toolgym.trainers.config import MAX_CONFIG_REFERENCES, load_train_config
 
     cfg = json.loads(json.dumps(TINY))
     cfg["run_dir"] = str(tmp_path / "run")
     cfg["env"]["kwargs"].update({f"r{i}": "${seed}" for i in range(MAX_CONFIG_REFERENCES - 1)})
     path = tmp_path / "refs.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    load_config(path, ["env.kwargs.one_more=${seed}"], check_machine=False)  # exactly at the cap
+    load_train_config(path, ["env.kwargs.one_more=${seed}"], check_machine=False)  # exactly at the cap
     with pytest.raises(ValueError, match="with the overrides"):
-        load_config(path, ["env.kwargs.one_more=${seed}", "env.kwargs.two_more=${seed}"], check_machine=False)
+        load_train_config(path, ["env.kwargs.one_more=${seed}", "env.kwargs.two_more=${seed}"], check_machine=False)
 
 
 # -- retrieval eval arguments, checked before the index is built --------------------------

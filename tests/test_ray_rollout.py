@@ -191,7 +191,7 @@ def test_toolgym_train_with_the_ray_backend_matches_the_local_run(cluster, one_t
     """`toolgym train` with rollout.backend=ray: the loop only picks the backend; with one worker both
     steps' rollouts (the second after a LoRA weight sync) equal the local run's."""
     from toolgym.data.records import read_rollouts
-    from toolgym.trainers.train_cmd import load_config, train
+    from toolgym.trainers.train_cmd import load_train_config, train
 
     base = ["model.name=tiny-llama", "env.kwargs={max_turns: 2}", "sampling.max_new_tokens=6", "grpo.lr=0.001",
             "grpo.lora={r: 2, alpha: 4}", "reward.name=toolsearcher", "train.steps=2", "train.tasks_per_step=1",
@@ -199,7 +199,7 @@ def test_toolgym_train_with_the_ray_backend_matches_the_local_run(cluster, one_t
     runs = {}
     for backend in ("local", "ray"):
         run = tmp_path / backend
-        cfg = load_config(None, base + [f"run_dir={run}", f"rollout.backend={backend}", "rollout.num_workers=1"])
+        cfg = load_train_config(None, base + [f"run_dir={run}", f"rollout.backend={backend}", "rollout.num_workers=1"])
         train(cfg, progress=False)
         runs[backend] = run
     rows = [json.loads(l) for l in (runs["ray"] / "metrics.jsonl").read_text().splitlines()]
@@ -210,4 +210,4 @@ def test_toolgym_train_with_the_ray_backend_matches_the_local_run(cluster, one_t
         assert task_l.id == task_r.id
         assert [t.token_ids for t in trajs_l] == [t.token_ids for t in trajs_r]
     with pytest.raises(ValueError, match="rollout.backend"):
-        train(load_config(None, base + [f"run_dir={tmp_path / 'bad'}", "rollout.backend=spark"]), progress=False)
+        train(load_train_config(None, base + [f"run_dir={tmp_path / 'bad'}", "rollout.backend=spark"]), progress=False)

@@ -7,7 +7,7 @@ import pytest
 from toolgym.agents.hf_policy import Generation, HFChatPolicy, load_causal_lm
 from toolgym.trainers.demos import collect_demos
 from toolgym.trainers.paired_eval import paired_gain
-from toolgym.trainers.sft import build_examples, episode_tokens, load_config, turn_end_id
+from toolgym.trainers.sft import build_examples, episode_tokens, load_sft_config, turn_end_id
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +112,11 @@ def test_paired_gain_on_hand_computed_numbers():
 
 def test_config_rejects_unknown_keys(tmp_path):
     with pytest.raises(ValueError, match="unknown key"):
-        load_config(None, ["train.lrr=1"])
-    with pytest.raises(ValueError, match="unknown config section"):
-        load_config(None, ["optimizer.lr=1"])
+        load_sft_config(None, ["train.lrr=1"])
+    with pytest.raises(ValueError, match="unknown key optimizer"):
+        load_sft_config(None, ["optimizer.lr=1"])
     with pytest.raises(FileNotFoundError):
-        load_config(tmp_path / "nope.yaml")
+        load_sft_config(tmp_path / "nope.yaml")
 
 
 def test_sft_cli_trains_a_tiny_model_and_saves_a_loadable_folder(tmp_path, capsys):

@@ -1,8 +1,9 @@
-"""The settings of ``toolgym train`` (and of anything else that loads a policy and an env): typed
-dataclasses, the one source of every default.
+"""The config system of every command: typed dataclasses (the one source of every default) and one
+loader, plus the settings of ``toolgym train`` (and of anything else that loads a policy and an env).
 
-``load_config(path, overrides)`` layers ``OmegaConf.structured(TrainConfig)`` <- YAML file <-
-``key=value`` overrides. Structured mode makes every section strict (an unknown key or a value
+``load_config(schema, path, overrides)`` layers ``OmegaConf.structured(schema)`` <- YAML file <-
+``key=value`` overrides and returns a ``schema`` instance; ``load_train_config`` is it for
+:class:`TrainConfig`, validated. Structured mode makes every section strict (an unknown key or a value
 of the wrong type fails at load, naming the key); :func:`validate` then checks ranges and the
 machine (model path, device). The free dicts are ``env.kwargs`` / ``train_kwargs`` /
 ``eval_kwargs`` / ``reset_options`` (to ``gymnasium.make`` / ``reset``), ``reward.options`` (to the
@@ -14,12 +15,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from toolgym.agents.policy import ENGINES, PRECISIONS, SamplingConfig
 
+T = TypeVar("T")
+
 __all__ = ["EnvConfig", "EvalConfig", "GRPOConfig", "ModelConfig", "RewardConfig", "SamplingConfig", "TrainConfig",
-           "TrainLoopConfig", "load_config", "model_source", "strict_dataclass", "to_plain", "validate"]
+           "TrainLoopConfig", "config_dict", "config_yaml", "load_config", "load_train_config", "model_source",
+           "strict_dataclass", "to_plain", "validate"]
 
 
 @dataclass
@@ -358,12 +362,15 @@ def _read_yaml(path: str | Path, override_references: int = 0) -> Any:
     return node
 
 
-def load_config(path: str | Path | None, overrides: Sequence[str] = (), check_machine: bool = True) -> Any:
-    """``TrainConfig`` defaults <- YAML file <- ``key=value`` overrides (omegaconf dot-list), validated.
+def load_config(schema: type[T], path: str | Path | None, overrides: Sequence[str] = (), *,
+                check: Callable[[T], None] | None = None) -> T:
+    """``schema`` defaults <- YAML file <- ``key=value`` overrides (omegaconf dot-list): a ``schema`` instance.
 
-    Returns a structured ``DictConfig`` (attribute access, typed assignment). Any bad key or value
-    is a ``ValueError`` (a missing file a ``FileNotFoundError``) with one line naming it.
-    ``check_machine=False`` skips the model-path and device checks (to read a GPU recipe on a laptop).
+    The one loader of every command that takes a config (``train``, ``sft``, ``generate``,
+    ``fit-*``). Structured mode makes every section strict (an unknown key or a value of the
+    wrong type fails, naming the key); sizes, YAML aliases / interpolations and nesting are
+    capped before anything is parsed; ``check`` (e.g. :func:`validate`) then checks ranges. Any
+    bad key or value is a ``ValueError`` (a missing file a ``FileNotFoundError``) with one line.
     """
     from omegaconf import OmegaConf
     from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
@@ -378,18 +385,39 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = (), check_ma
     override_references = sum(_references(o.split("=", 1)[1]) for o in overrides)
     if override_references > MAX_CONFIG_REFERENCES:
         raise ValueError(f"overrides use more than {MAX_CONFIG_REFERENCES} YAML aliases / ${{}} interpolations")
-    layers = [OmegaConf.structured(TrainConfig)]
+    layers = [OmegaConf.structured(schema)]
     if path is not None:
         layers.append(_read_yaml(path, override_references))
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
-        cfg = OmegaConf.merge(*layers)
+        cfg = OmegaConf.to_object(OmegaConf.merge(*layers))
     except ConfigKeyError as exc:
         raise ValueError(f"unknown key {exc.full_key or exc}: {str(exc).splitlines()[0]}") from None
     except OmegaConfBaseException as exc:
         raise ValueError(f"bad config value {_one_line(exc)}") from None
-    validate(cfg, check_machine=check_machine)
+    if check is not None:
+        check(cfg)
     return cfg
+
+
+def load_train_config(path: str | Path | None, overrides: Sequence[str] = (), check_machine: bool = True) -> "TrainConfig":
+    """The :class:`TrainConfig` of ``toolgym train``, validated (:func:`validate`).
+
+    ``check_machine=False`` skips the model-path and device checks (to read a GPU recipe on a laptop).
+    """
+    return load_config(TrainConfig, path, overrides, check=lambda cfg: validate(cfg, check_machine=check_machine))
+
+
+def config_yaml(cfg: Any) -> str:
+    """A config dataclass as YAML (what ``--print-config`` prints)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def config_dict(cfg: Any) -> dict[str, Any]:
+    """A config dataclass as plain JSON-able containers (summaries, checkpoints)."""
+    return dataclasses.asdict(cfg)
 
 
 def to_plain(node: Any) -> Any:

@@ -20,12 +20,15 @@ import math
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 
 from toolgym.agents.policy import ChatPolicy
 from toolgym.data.records import Task, Trajectory, write_rollouts
+
+if TYPE_CHECKING:
+    from toolgym.trainers.config import ModelConfig, SamplingConfig
 
 # Rates reported in percent; everything else as is.
 PERCENT_KEYS = ("F1", "P", "R", "Match", "SRecall", "invalid", "submitted", "N@5", "C@10")
@@ -359,17 +362,16 @@ def pick_device(requested: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def build_policy(model_cfg: Mapping[str, Any], sampling: Any) -> Any:
+def build_policy(model: "ModelConfig", sampling: "SamplingConfig | Mapping[str, Any] | None" = None) -> Any:
     """An :class:`HFChatPolicy` from a ``model`` config section (``init_from`` wins over ``name``),
     wrapped in :class:`~toolgym.agents.constrained.ConstrainedToolSearchPolicy` when
     ``model.constrained`` is set."""
-    from types import SimpleNamespace
-
     from toolgym.agents.constrained import constrain_policy
     from toolgym.agents.hf_policy import HFChatPolicy
-    from toolgym.trainers.config import MODEL_DTYPES, model_source
+    from toolgym.trainers.config import MODEL_DTYPES, ModelConfig, model_source
 
-    model = SimpleNamespace(**{"init_from": None, "dtype": None, "device": None, "constrained": None, **dict(model_cfg)})
+    if not isinstance(model, ModelConfig):
+        raise TypeError(f"build_policy takes a ModelConfig (toolgym.trainers.config), got {type(model).__name__}")
     if model.dtype is not None and model.dtype not in MODEL_DTYPES:
         raise ValueError(f"model.dtype={model.dtype!r}: must be one of {', '.join(MODEL_DTYPES)} or null")
     policy = HFChatPolicy.from_pretrained(model_source(model), sampling=sampling, dtype=model.dtype,
@@ -396,7 +398,10 @@ def load_policy(policy_or_checkpoint: Any, sampling: Any = None, device: str | N
         path = latest
     if (path / ckpt.STATE_FILE).exists():
         cfg = ckpt.read_state(path)["config"]
-        policy = build_policy({**cfg["model"], "device": device or cfg["model"].get("device")}, sampling or cfg["sampling"])
+        from toolgym.trainers.config import ModelConfig, strict_dataclass
+
+        model = strict_dataclass(ModelConfig, dict(cfg["model"]), "checkpoint model")
+        policy = build_policy(dataclasses.replace(model, device=device or model.device), sampling or cfg["sampling"])
         policy.model = apply_lora(policy.model, (cfg.get("grpo") or {}).get("lora"))  # the wrapping training used
         ckpt.load_weights(path, policy.model)
         policy.model.eval()

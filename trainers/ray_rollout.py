@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 # Before Ray is imported: Ray reads it when it starts and when its processes start.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -35,6 +35,9 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 
 from toolgym.trainers.rollout import Rollout, collect_rollouts
+
+if TYPE_CHECKING:
+    from toolgym.trainers.config import ModelConfig, RolloutConfig, SamplingConfig
 
 RETRIEVAL_PREFIX = "toolgym-retrieval"
 MAX_CHUNK_RETRIES = 3
@@ -293,6 +296,19 @@ class RayRollout:
         self.workers: list[Any] = [self._start_worker() for _ in range(self.num_workers)]
         self.retries = 0
 
+    @classmethod
+    def from_config(cls, rollout: "RolloutConfig", model: "ModelConfig", sampling: "SamplingConfig", env_id: str,
+                    env_kwargs: dict[str, Any]) -> "RayRollout":
+        """The backend ``toolgym train`` builds for ``rollout.backend: ray``: every worker builds the
+        trainer's policy (``model.init_from`` wins over ``model.name``, as in ``build_policy``) on
+        cuda when ``rollout.worker_gpus > 0``, else on cpu."""
+        import functools
+
+        device = "cuda" if rollout.worker_gpus > 0 else "cpu"
+        return cls(functools.partial(_worker_policy, model, sampling, device), env_id, env_kwargs,
+                   rollout.num_workers, address=rollout.address, worker_cpus=rollout.worker_cpus,
+                   worker_gpus=rollout.worker_gpus, threads_per_worker=rollout.threads_per_worker)
+
     def _server_for(self, node_id: str) -> str:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -397,23 +413,10 @@ class RayRollout:
 
 
 
-def _worker_policy(model_cfg: dict[str, Any], sampling: dict[str, Any], device: str) -> Any:
-    from toolgym.agents.constrained import constrain_policy
-    from toolgym.agents.hf_policy import HFChatPolicy
+def _worker_policy(model: "ModelConfig", sampling: "SamplingConfig", device: str) -> Any:
+    """A rollout worker's policy: the trainer's model config, on the worker's device."""
+    import dataclasses
 
-    policy = HFChatPolicy.from_pretrained(model_cfg["name"], sampling=sampling, dtype=model_cfg.get("dtype"), device=device)
-    return constrain_policy(policy, model_cfg.get("constrained"))
+    from toolgym.trainers.evaluate import build_policy
 
-
-def from_train_config(plain: dict[str, Any], env_kwargs: dict[str, Any]) -> RayRollout:
-    """The backend ``toolgym train`` builds for ``rollout.backend: ray`` (a resolved config dict)."""
-    import functools
-
-    rcfg = plain["rollout"]
-    gpus = float(rcfg.get("worker_gpus") or 0)
-    device = "cuda" if gpus > 0 else "cpu"
-    address = rcfg.get("address")
-    return RayRollout(functools.partial(_worker_policy, dict(plain["model"]), dict(plain["sampling"]), device),
-                      plain["env"]["id"], env_kwargs, int(rcfg["num_workers"]), address=address,
-                      worker_cpus=float(rcfg.get("worker_cpus") or 1), worker_gpus=gpus,
-                      threads_per_worker=int(rcfg.get("threads_per_worker") or 1))
+    return build_policy(dataclasses.replace(model, device=device), sampling)

@@ -22,52 +22,109 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
 
-DEFAULTS: dict[str, Any] = {
-    "run_dir": "runs/sft",
-    "seed": 0,
-    "model": {"name": "smollm2", "dtype": None, "device": None},
-    # demos: rollout JSONL files from `toolgym demos`; max_episodes: at most this many from each
-    # file; max_tokens: longer episodes are dropped.
-    # stop_strings: a policy turn ending with one of these ends there (the rollout stops on the
-    # string); any other turn ends with the end-of-turn token, which the policy must learn to emit.
-    "data": {"demos": [], "max_episodes": None, "max_tokens": 2048, "min_reward": None,
-             "stop_strings": ["</tool_call>"]},
-    "train": {"epochs": 1.0, "max_steps": -1, "lr": 5e-5, "batch_size": 4, "grad_accum": 1, "warmup_ratio": 0.05,
-              "lr_scheduler": "cosine", "weight_decay": 0.0, "max_grad_norm": 1.0, "save_steps": 50,
-              "keep_checkpoints": 1, "time_budget_s": None, "gradient_checkpointing": False,
-              # bf16: bfloat16 autocast (weights stay float32); ~1.6x faster on CPUs with AVX512-BF16
-              "bf16": False},
-    "lora": None,
-}
+from toolgym.trainers.config import ModelConfig, config_dict, config_yaml, load_config
+
+@dataclass
+class SFTDataConfig:
+    """The ``data`` section: which demonstrations, and how they are cut.
+
+    Parameters:
+        demos (`list[str]`, defaults to `[]`):
+            Rollout JSONL files written by ``toolgym demos``.
+        max_episodes (`int` or `None`, defaults to `None`):
+            At most this many episodes from each file (its first ones); ``None`` = all.
+        max_tokens (`int`, defaults to `2048`):
+            Longer episodes are dropped.
+        min_reward (`float` or `None`, defaults to `None`):
+            Keep only trajectories whose env reward is at least this.
+        stop_strings (`list[str]`, defaults to `["</tool_call>"]`):
+            A policy turn ending with one of these ends there (the rollout stops on the string);
+            any other turn ends with the end-of-turn token, which the policy must learn to emit.
+    """
+
+    demos: list[str] = field(default_factory=list)
+    max_episodes: Optional[int] = None
+    max_tokens: int = 2048
+    min_reward: Optional[float] = None
+    stop_strings: list[str] = field(default_factory=lambda: ["</tool_call>"])
 
 
-# -- config ---------------------------------------------------------------------------------
-def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Any:
-    """DEFAULTS <- YAML file <- ``key=value`` overrides; unknown keys are an error."""
-    from omegaconf import OmegaConf
+@dataclass
+class SFTTrainConfig:
+    """The ``train`` section: ``transformers.TrainingArguments`` under short names.
 
-    base = OmegaConf.create(DEFAULTS)
-    OmegaConf.set_struct(base, False)
-    layers = [base]
-    if path is not None:
-        if not Path(path).exists():
-            raise FileNotFoundError(f"config file not found: {path}")
-        layers.append(OmegaConf.load(path))
-    bad = [o for o in overrides if "=" not in o or o.startswith("-")]
-    if bad:
-        raise ValueError(f"overrides must look like key=value, got {bad}")
-    layers.append(OmegaConf.from_dotlist(list(overrides)))
-    cfg = OmegaConf.merge(*layers)
-    unknown = [k for k in cfg if k not in DEFAULTS]
-    if unknown:
-        raise ValueError(f"unknown config section(s) {unknown}; known: {sorted(DEFAULTS)}")
-    for section in ("data", "train", "model"):
-        extra = set(cfg[section]) - set(DEFAULTS[section])
-        if extra:
-            raise ValueError(f"unknown key(s) in {section}: {sorted(extra)}; known: {sorted(DEFAULTS[section])}")
-    return cfg
+    Parameters:
+        epochs (`float`, defaults to `1.0`), max_steps (`int`, defaults to `-1`: epochs decide):
+            Length of the run.
+        lr (`float`, defaults to `5e-5`), lr_scheduler (`str`, defaults to `"cosine"`),
+        warmup_ratio (`float`, defaults to `0.05`), weight_decay (`float`, defaults to `0.0`),
+        max_grad_norm (`float`, defaults to `1.0`):
+            The optimiser and its schedule.
+        batch_size (`int`, defaults to `4`), grad_accum (`int`, defaults to `1`):
+            Episodes per forward pass and passes per optimiser step.
+        save_steps (`int`, defaults to `50`), keep_checkpoints (`int`, defaults to `1`):
+            Trainer checkpoints (what ``--resume`` continues from).
+        time_budget_s (`float` or `None`, defaults to `None`):
+            Stop (and save) after this many seconds of training.
+        gradient_checkpointing (`bool`, defaults to `False`):
+            Recompute activations in the backward pass.
+        bf16 (`bool`, defaults to `False`):
+            bfloat16 autocast (weights stay float32); ~1.6x faster on CPUs with AVX512-BF16.
+    """
+
+    epochs: float = 1.0
+    max_steps: int = -1
+    lr: float = 5e-5
+    batch_size: int = 4
+    grad_accum: int = 1
+    warmup_ratio: float = 0.05
+    lr_scheduler: str = "cosine"
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    save_steps: int = 50
+    keep_checkpoints: int = 1
+    time_budget_s: Optional[float] = None
+    gradient_checkpointing: bool = False
+    bf16: bool = False
+
+
+@dataclass
+class SFTConfig:
+    """Everything ``toolgym sft`` reads; ``toolgym sft CONFIG --print-config`` shows it merged.
+
+    Parameters:
+        run_dir (`str`, defaults to `"runs/sft"`): outputs (metrics, checkpoints, ``model/``).
+        seed (`int`, defaults to `0`): model init (tiny models), data order and dropout.
+        model: a :class:`~toolgym.trainers.config.ModelConfig` (the weights to start from).
+        lora (`dict` or `None`, defaults to `None`):
+            ``{r, alpha, dropout, target_modules}`` trains a LoRA adapter (merged before saving);
+            ``None`` = full fine-tuning.
+    """
+
+    run_dir: str = "runs/sft"
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    train: SFTTrainConfig = field(default_factory=SFTTrainConfig)
+    lora: Optional[dict[str, Any]] = None
+
+
+def load_sft_config(path: str | Path | None, overrides: Sequence[str] = ()) -> SFTConfig:
+    """``SFTConfig`` defaults <- YAML file <- ``key=value`` overrides (:func:`~toolgym.trainers.config.load_config`)."""
+    return load_config(SFTConfig, path, overrides, check=_check_sft)
+
+
+def _check_sft(cfg: SFTConfig) -> None:
+    t = cfg.train
+    for key, value, ok in (("train.batch_size", t.batch_size, t.batch_size >= 1),
+                           ("train.grad_accum", t.grad_accum, t.grad_accum >= 1),
+                           ("train.lr", t.lr, t.lr >= 0), ("data.max_tokens", cfg.data.max_tokens, cfg.data.max_tokens >= 1),
+                           ("train.time_budget_s", t.time_budget_s, t.time_budget_s is None or t.time_budget_s > 0)):
+        if not ok:
+            raise ValueError(f"{key}={value!r}: out of range")
 
 
 # -- one code path: text episode -> ids + loss mask --------------------------------------------
@@ -160,56 +217,49 @@ def build_examples(policy: Any, episodes: Sequence[Sequence[dict[str, str]]], st
 
 
 # -- training -------------------------------------------------------------------------------
-def _to_plain(cfg: Any) -> dict[str, Any]:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(cfg, resolve=True)
-
-
-def sft(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+def sft(cfg: SFTConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run the supervised warm start described by ``cfg``; returns a summary dict."""
     import torch
     from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments
 
     from toolgym.trainers.plotting import plot_curves
-    from toolgym.trainers.train_cmd import build_policy
+    from toolgym.trainers.evaluate import build_policy
 
-    plain = _to_plain(cfg)
-    run_dir = Path(plain["run_dir"])
+    run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     model_dir = run_dir / "model"
     if model_dir.exists() and not resume:
         raise ValueError(f"{model_dir} already exists: choose another run_dir (or --resume an unfinished run)")
-    dcfg, tcfg = plain["data"], plain["train"]
-    torch.manual_seed(int(plain["seed"]))
-    policy = build_policy(plain["model"], {"stop_strings": list(dcfg["stop_strings"])})
+    dcfg, tcfg = cfg.data, cfg.train
+    torch.manual_seed(cfg.seed)
+    policy = build_policy(cfg.model, {"stop_strings": list(dcfg.stop_strings)})
     tok = policy.tokenizer
     if tok.pad_token_id is None:
         tok.pad_token = tok.decode([policy.pad_id])
-    episodes = load_demo_episodes(dcfg["demos"], dcfg["min_reward"], dcfg["max_episodes"])
-    examples, dropped = build_examples(policy, episodes, dcfg["stop_strings"], int(dcfg["max_tokens"]))
+    episodes = load_demo_episodes(dcfg.demos, dcfg.min_reward, dcfg.max_episodes)
+    examples, dropped = build_examples(policy, episodes, dcfg.stop_strings, dcfg.max_tokens)
     if not examples:
-        raise ValueError(f"every episode is longer than data.max_tokens={dcfg['max_tokens']}")
+        raise ValueError(f"every episode is longer than data.max_tokens={dcfg.max_tokens}")
     n_policy = sum(sum(1 for l in e["labels"] if l != -100) for e in examples)
     n_tokens = sum(len(e["input_ids"]) for e in examples)
     print(f"{len(examples)} episodes ({dropped} dropped as too long), {n_tokens} tokens, {n_policy} trained (mask 1)")
 
     model = policy.model
-    if plain["lora"]:
+    if cfg.lora:
         from peft import LoraConfig, get_peft_model
 
-        lc = dict(plain["lora"])
+        lc = dict(cfg.lora)
         model = get_peft_model(model, LoraConfig(r=int(lc.get("r", 16)), lora_alpha=int(lc.get("alpha", 32)),
                                                  lora_dropout=float(lc.get("dropout", 0.0)),
                                                  target_modules=list(lc.get("target_modules") or ["q_proj", "v_proj"]),
                                                  task_type="CAUSAL_LM"))
-    if tcfg["gradient_checkpointing"]:
+    if tcfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
 
     metrics_path = run_dir / "metrics.jsonl"
     if not resume and metrics_path.exists():
         metrics_path.unlink()
-    budget = float(tcfg["time_budget_s"]) if tcfg["time_budget_s"] else math.inf
+    budget = float(tcfg.time_budget_s) if tcfg.time_budget_s else math.inf
 
     class _Log(TrainerCallback):
         """Metrics as JSONL (one line per logging step) and a wall-clock budget."""
@@ -230,15 +280,15 @@ def sft(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, Any]
                 control.should_save = True
 
     args = TrainingArguments(
-        output_dir=str(run_dir / "checkpoints"), per_device_train_batch_size=int(tcfg["batch_size"]),
-        gradient_accumulation_steps=int(tcfg["grad_accum"]), learning_rate=float(tcfg["lr"]),
-        num_train_epochs=float(tcfg["epochs"]), max_steps=int(tcfg["max_steps"]),
-        lr_scheduler_type=str(tcfg["lr_scheduler"]), warmup_steps=float(tcfg["warmup_ratio"]),
-        weight_decay=float(tcfg["weight_decay"]), max_grad_norm=float(tcfg["max_grad_norm"]),
-        logging_steps=1, save_strategy="steps", save_steps=int(tcfg["save_steps"]),
-        save_total_limit=int(tcfg["keep_checkpoints"]), report_to="none", seed=int(plain["seed"]),
+        output_dir=str(run_dir / "checkpoints"), per_device_train_batch_size=tcfg.batch_size,
+        gradient_accumulation_steps=tcfg.grad_accum, learning_rate=tcfg.lr,
+        num_train_epochs=tcfg.epochs, max_steps=tcfg.max_steps,
+        lr_scheduler_type=tcfg.lr_scheduler, warmup_steps=tcfg.warmup_ratio,
+        weight_decay=tcfg.weight_decay, max_grad_norm=tcfg.max_grad_norm,
+        logging_steps=1, save_strategy="steps", save_steps=tcfg.save_steps,
+        save_total_limit=tcfg.keep_checkpoints, report_to="none", seed=cfg.seed,
         use_cpu=not torch.cuda.is_available(), remove_unused_columns=False,
-        dataloader_num_workers=0, disable_tqdm=not progress, bf16=bool(tcfg["bf16"]),
+        dataloader_num_workers=0, disable_tqdm=not progress, bf16=tcfg.bf16,
     )
     collator = DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100, return_tensors="pt")
     trainer = Trainer(model=model, args=args, train_dataset=examples, data_collator=collator, callbacks=[_Log()])
@@ -248,16 +298,16 @@ def sft(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, Any]
     seconds = time.time() - started
 
     model = trainer.model
-    if plain["lora"]:
+    if cfg.lora:
         model = model.merge_and_unload()  # a plain folder: GRPO and eval load it like any model
     model.save_pretrained(str(model_dir))
     tok.save_pretrained(str(model_dir))
     summary = {"run_dir": str(run_dir), "model": str(model_dir), "episodes": len(examples), "dropped_too_long": dropped,
                "tokens": n_tokens, "trained_tokens": n_policy, "steps": trainer.state.global_step,
-               "train_loss": float(result.training_loss), "seconds": seconds, "config": plain}
+               "train_loss": float(result.training_loss), "seconds": seconds, "config": config_dict(cfg)}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if metrics_path.exists() and metrics_path.stat().st_size:
-        summary["plot"] = str(plot_curves(metrics_path, run_dir / "curves.png", title=f"SFT {plain['model']['name']}",
+        summary["plot"] = str(plot_curves(metrics_path, run_dir / "curves.png", title=f"SFT {cfg.model.init_from or cfg.model.name}",
                                           panels=SFT_PANELS))
     return summary
 
@@ -275,11 +325,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
-    from omegaconf import OmegaConf
-
-    cfg = load_config(args.config, getattr(args, "overrides", None) or [])
+    cfg = load_sft_config(args.config, getattr(args, "overrides", None) or [])
     if args.print_config:
-        print(OmegaConf.to_yaml(cfg))
+        print(config_yaml(cfg))
         return 0
     summary = sft(cfg, resume=args.resume, progress=not args.no_progress)
     print(f"{summary['steps']} steps in {summary['seconds']:.0f}s, mean loss {summary['train_loss']:.4f}")

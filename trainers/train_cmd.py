@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from toolgym.trainers.config import load_config, to_plain
+from toolgym.trainers.config import config_yaml, load_train_config, to_plain
 from toolgym.trainers.evaluate import (build_policy, env_tasks, evaluate_policy, format_eval_table, load_policy,
                                        make_envs, pick_device)
-from toolgym.trainers.train import build_reward, make_retrieve, task_order, tasks_for_step, train
+from toolgym.trainers.train import task_order, tasks_for_step, train
 
-__all__ = ["add_arguments", "build_policy", "build_reward", "env_tasks", "evaluate_policy", "format_eval_table",
-           "load_config", "load_policy", "make_envs", "make_retrieve", "pick_device", "run", "task_order",
+__all__ = ["add_arguments", "build_policy", "env_tasks", "evaluate_policy", "format_eval_table",
+           "load_train_config", "load_policy", "make_envs", "pick_device", "run", "task_order",
            "tasks_for_step", "to_plain", "train"]
 
 
@@ -30,14 +30,12 @@ def run(args: argparse.Namespace) -> int:
     # Spinning OpenMP threads collapse throughput (20x measured) on a CPU shared with other
     # jobs; passive waiting costs nothing when the machine is idle. Must precede torch's import.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from omegaconf import OmegaConf
-
-    cfg = load_config(args.config, getattr(args, "overrides", None) or [])
+    cfg = load_train_config(args.config, getattr(args, "overrides", None) or [])
     from toolgym.trainers.cli import check_output_dir
 
     check_output_dir(cfg.run_dir, "run_dir")  # before any work: a run_dir that is a file fails now
     if args.print_config:
-        print(OmegaConf.to_yaml(cfg))
+        print(config_yaml(cfg))
         return 0
     threads = os.environ.get("TOOLGYM_THREADS")
     if threads:
