@@ -58,10 +58,10 @@ def grpo_config(env_name: str, reward: dict[str, Any], model: str, run_dir: Path
     ``config`` (default ``configs/learning_grpo.yaml``) with this run's env, reward, model and budget."""
     from omegaconf import OmegaConf
 
-    from toolgym.trainers.config import load_train_config
+    from toolgym.trainers.train_cmd import load_config
 
     env = ENVS[env_name]
-    cfg = load_train_config(config or ROOT / "configs" / "learning_grpo.yaml", check_machine=False)  # model set below
+    cfg = load_config(config or ROOT / "configs" / "learning_grpo.yaml", check_machine=False)  # model set below
     cfg.env.id = env["id"]
     cfg.env.kwargs = OmegaConf.create(env["kwargs"])  # replace, not merge: the envs take different kwargs
     cfg.reward.name = reward["name"]  # a structured section: set its fields, not the section
@@ -119,9 +119,10 @@ def evaluate(model_or_policy: Any, env_name: str, n: int, cache: Path | None, ba
     return result
 
 
-def retrieval_baselines(env_name: str, n: int) -> dict[str, dict[str, float]]:
+def retrieval_baselines(env_name: str, n: int, keep_rows: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
     """C@10 / N@5 on the first ``n`` evaluation tasks of a decomposition env: the raw request (or
-    dialogue context), the clause splitter, and the reference subtasks where the tasks carry them."""
+    dialogue context), the clause splitter, and the reference subtasks where the tasks carry them.
+    ``keep_rows``, when given, receives each baseline's per-task rows (``task_id``, ``c10``, ``ndcg5``)."""
     import numpy as np
 
     from toolgym.agents.demonstrators import ReferenceSubtaskDemonstrator
@@ -142,8 +143,11 @@ def retrieval_baselines(env_name: str, n: int) -> dict[str, dict[str, float]]:
                                           for name, agent in agents]
     out = {}
     for name, rankings in baselines:
-        out[name] = {"c10": float(np.mean([completeness_at_k(r, t.gold, 10) for r, t in zip(rankings, tasks)])),
-                     "ndcg5": float(np.mean([ndcg_at_k(r, t.gold, 5) for r, t in zip(rankings, tasks)]))}
+        rows = [{"task_id": t.id, "c10": completeness_at_k(r, t.gold, 10), "ndcg5": ndcg_at_k(r, t.gold, 5)}
+                for r, t in zip(rankings, tasks)]
+        out[name] = {"c10": float(np.mean([r["c10"] for r in rows])), "ndcg5": float(np.mean([r["ndcg5"] for r in rows]))}
+        if keep_rows is not None:
+            keep_rows[name] = rows
     return out
 
 
@@ -229,12 +233,13 @@ def main(argv: list[str] | None = None) -> int:
             row["grpo"] = after["mean"]
             row["grpo_gain"] = compare(warm, after)
             row["total_gain"] = compare(base, after) if base else None
+        baseline_rows: dict[str, Any] = {}
         if env_name in DECOMPOSITION_ENVS:
-            row["retrieval_baselines"] = retrieval_baselines(env_name, n)
+            row["retrieval_baselines"] = retrieval_baselines(env_name, n, baseline_rows)
         row["tasks_key"] = key = f"{run}@{invoked}"
         task_runs["runs"][key] = {"run": run, "env": env_name, "env_id": ENVS[env_name]["id"], "date": invoked,
                                   "eval_tasks": n, "max_new_tokens": ENVS[env_name]["max_new_tokens"],
-                                  "overrides": list(args.overrides), "stages": stages}
+                                  "overrides": list(args.overrides), "stages": stages, "baselines": baseline_rows}
         results[run] = row
     body = report_body(results, args)
     if args.no_report:

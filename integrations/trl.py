@@ -57,21 +57,19 @@ CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
 def outcome_reward(reward: Any = "grpo_f1", env: Any = None, **runtime: Any) -> Any:
     """A toolgym reward module that TRL can run: every module with a non-zero weight is an outcome module.
 
-    ``reward``: a module or scheme name, or a config (:func:`toolgym.rewards.get_reward`); a
-    module that needs ``retrieve`` (``counterfactual``) searches ``env``'s own index. A
+    ``reward``: a module or scheme name, or a config (any shape :func:`toolgym.rewards.build_reward`
+    takes); a module that needs ``retrieve`` (``counterfactual``) searches ``env``'s own index. A
     per-turn credit module (ESM, TCA) with a non-zero weight is a ``ValueError``: TRL gives one
     scalar per completion, so per-turn advantages would be lost.
     """
-    from toolgym.rewards import get_reward
+    from toolgym.rewards import build_reward
     from toolgym.rewards.composite import CompositeReward
 
-    from toolgym.rewards.composite import runtime_needs
-
-    if not hasattr(reward, "score_group") and env is not None and "retrieve" in runtime_needs(reward):
-        from toolgym.trainers.train import make_retrieve
-
-        runtime.setdefault("retrieve", make_retrieve(env))  # the env's own index, as `toolgym train` does
-    module = reward if hasattr(reward, "score_group") else get_reward(reward, **runtime)
+    if hasattr(reward, "score_group"):
+        module = reward
+    else:  # the shapes and default of `toolgym train`; a retrieve over the env's own index, as it does
+        index = env.unwrapped.index if env is not None and "retrieve" not in runtime else None
+        module = build_reward(reward, index=index, **runtime)
     parts = [(m.key, m.module, m.weight) for m in module.modules] if isinstance(module, CompositeReward) else [
         (module.name, module, 1.0)]
     credit = [key for key, m, w in parts if getattr(m, "kind", None) != "outcome" and w != 0]

@@ -27,7 +27,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -384,6 +384,16 @@ class ToolIndex:
                     out[i] = res
                     self._cache_put((queries[i], categories[i], k, version), res)
         return out  # type: ignore[return-value]
+
+    def retriever(self) -> Callable[[Sequence[str], int], list[list[tuple[str, float]]]]:
+        """``retrieve(queries, k) -> [[(id, score), ...] per query]`` over this index (global
+        search, no category): the ``retrieve`` runtime object of the reward modules that search
+        (``counterfactual``). Scores ride along so ``max_score`` fusion works too."""
+
+        def retrieve(queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
+            return [list(zip(r.ids, r.scores)) for r in self.search_batch(list(queries), None, k)]
+
+        return retrieve
 
     def bm25_texts(self) -> list[str]:
         """What BM25 indexes: ``corpus.text(tool)``, plus `` | <parameter names: descriptions>``

@@ -1,9 +1,11 @@
 """toolgym.rewards: reward and advantage modules for tool search and decomposition (docs/rewards.md).
 
 ``score_group(trajectories, task) -> GroupCredit`` on every module. Modules are registered by
-name (``register_reward``); ``get_reward(name_or_config, **runtime)`` builds a module, a named
-scheme (``scheme_names()``: ``toolsearcher``, ``esm_only``, ``tca_only``, ``magicselector``,
-``grpo_f1``, ``grpo_match``) or a ``{modules: [{module, weight, ...options}]}`` config. Helpers
+name (``register_reward``); ``build_reward(config, index=..., embed=..., judge=...)`` builds a
+module, a named scheme (``scheme_names()``: ``toolsearcher``, ``esm_only``, ``tca_only``,
+``magicselector``, ``grpo_f1``, ``grpo_match``) or a ``{modules: [{module, weight, ...options}]}``
+composite from any accepted config shape (:mod:`toolgym.rewards.build`; every trainer and
+integration calls it); ``get_reward(name, **runtime, **options)`` is the by-name form. Helpers
 and scorer internals stay in their submodules (``toolgym.rewards.search``, ``.preference``,
 ``.monitors``, ...). See docs/rewards.md.
 """
@@ -43,17 +45,17 @@ from toolgym.rewards.env_return import EnvReturn
 from toolgym.rewards.composite import (
     CompositeReward,
     aggregate_components,
-    build_reward,
     get_reward,
     register_scheme,
-    runtime_needs,
     scheme_names,
 )
+from toolgym.rewards.build import DEFAULT_REWARD, build_reward, reward_config, runtime_needs
 
 __all__ = [
     # the interface and the registry
     "GroupCredit", "RewardModule", "register_reward", "reward_names", "register_scheme", "scheme_names",
-    "get_reward", "build_reward", "runtime_needs", "CompositeReward", "aggregate_components",
+    "get_reward", "build_reward", "reward_config", "DEFAULT_REWARD", "runtime_needs", "CompositeReward",
+    "aggregate_components",
     # GRPO normalisation
     "grpo_advantage", "grpo_advantage_masked", "is_zero_variance",
     # ToolSearcher credit and outcome rewards

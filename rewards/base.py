@@ -158,7 +158,7 @@ class RewardModule(Protocol):
 
     A module class may declare ``needs``: the runtime objects its constructor must be given
     (a subset of ``{"retrieve", "embed", "judge"}``; absent = none). ``build_reward`` and
-    ``toolgym replay`` check them before building (:func:`~toolgym.rewards.composite.runtime_needs`).
+    ``toolgym replay`` check them before building (:func:`~toolgym.rewards.build.runtime_needs`).
     """
 
     name: str

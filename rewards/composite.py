@@ -205,15 +205,6 @@ def _module_entries(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     return entries
 
 
-def runtime_needs(config: Mapping[str, Any] | str | Any) -> frozenset[str]:
-    """The runtime objects (``retrieve``, ``embed``, ``judge``) a config's modules need (their ``needs``)."""
-    config = {"name": config} if isinstance(config, str) else _to_plain(config)
-    out: set[str] = set()
-    for entry in _module_entries(dict(config)):
-        out |= set(getattr(get_reward_factory(str(entry["module"])), "needs", ()))
-    return frozenset(out)
-
-
 def _build_module(name: str, options: dict[str, Any], runtime: dict[str, Any]) -> RewardModule:
     """One registered module from its options, given the runtime objects it ``needs`` (else a clear error)."""
     factory = get_reward_factory(name)
@@ -223,8 +214,9 @@ def _build_module(name: str, options: dict[str, Any], runtime: dict[str, Any]) -
     return call_with_supported(factory, options, runtime)
 
 
-def build_reward(config: Mapping[str, Any] | Any, **runtime: Any) -> CompositeReward:
-    """Build a composite from a config (omegaconf or plain dict).
+def build_composite(config: Mapping[str, Any] | Any, **runtime: Any) -> CompositeReward:
+    """Build a composite from a config (omegaconf or plain dict); callers use
+    :func:`toolgym.rewards.build_reward`, which takes every config shape.
 
     The shape: ``{"modules": [{"module": registry name, "weight": w (default 1), "key": log name
     (default the module), ...options}]}``; ``{"name": scheme or module, "options": {...}}`` (the
@@ -258,9 +250,9 @@ def get_reward(name_or_config: str | Mapping[str, Any] | Any, **options: Any) ->
     if not isinstance(name_or_config, str):
         if options:
             raise ValueError(f"options {sorted(options)} go inside the config, not beside it")
-        return build_reward(name_or_config, **runtime)
+        return build_composite(name_or_config, **runtime)
     if name_or_config in _SCHEMES:
-        return build_reward(scheme_config(name_or_config, **options), **runtime)
+        return build_composite(scheme_config(name_or_config, **options), **runtime)
     return _build_module(name_or_config, options, runtime)
 
 

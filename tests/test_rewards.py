@@ -368,8 +368,8 @@ def test_modules_declare_the_runtime_objects_they_need():
         get_reward("magicselector")
     with pytest.raises(ValueError, match="needs runtime retrieve"):
         get_reward("counterfactual", k=3)
-    with pytest.raises(ValueError, match="unknown runtime"):
-        build_reward({"name": "toolsearcher"}, retriever=lambda qs, k: [])
+    with pytest.raises(TypeError, match="retriever"):
+        build_reward({"name": "toolsearcher"}, retriever=lambda qs, k: [])  # a misspelt runtime object
 
 
 def test_get_reward_takes_a_config_and_keeps_the_trainer_call(csv_task, csv_group):

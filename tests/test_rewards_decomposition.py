@@ -316,10 +316,9 @@ def test_env_reward_equals_the_reward_module_on_the_same_rollout(fusion):
     import gymnasium as gym
 
     import toolgym.envs  # noqa: F401  (registers the ids)
-    from toolgym.trainers.train_cmd import make_retrieve
 
     env = gym.make("toolgym/Decompose-v0", fusion=fusion)
-    module = get_reward("counterfactual", retrieve=make_retrieve(env), fusion=fusion, k=10)
+    module = get_reward("counterfactual", retrieve=env.unwrapped.index.retriever(), fusion=fusion, k=10)
     for seed in range(3):
         _, info = env.reset(seed=seed)
         task = env.unwrapped.tasks[[t.id for t in env.unwrapped.tasks].index(info["task_id"])]

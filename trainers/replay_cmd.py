@@ -3,8 +3,9 @@
     toolgym replay ROLLOUTS.jsonl --scheme toolsearcher --scheme grpo_f1 [--out DIR]
     toolgym replay DECOMP.jsonl --scheme magicselector --dataset seal_tools   # schemes that retrieve
 
-``--scheme`` takes a registered scheme name or a YAML reward config (``{modules: ...}`` or
-``{scheme: ..., options}``). Writes ``replay.json``, ``replay.md`` and ``replay.png`` under
+``--scheme`` takes a registered scheme or module name or a YAML reward config (``reward:`` or top
+level: ``{modules: ...}`` or ``{name, options}``; the shapes ``toolgym train`` takes, built by
+:func:`toolgym.rewards.build_reward`). Writes ``replay.json``, ``replay.md`` and ``replay.png`` under
 ``--out``: per-component means per scheme (a ``zero_var`` mean is the share of zero-variance
 groups), and for every pair of schemes the per-turn advantage sign agreement and Spearman rank
 correlation over the (rollout, turn) cells both scored.
@@ -24,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -69,21 +70,16 @@ def load_reference(dataset: str | None, corpus_path: str | None) -> tuple[Any, A
     return loaded, corpus
 
 
-def make_retrieve(dataset: str | None, corpus_path: str | None, method: str,
-                  corpus: Any = None) -> Callable[[list[str], int], list[list[tuple[str, float]]]] | None:
-    """``retrieve(queries, k)`` over a dataset's (or a JSONL file's, or ``corpus``) tools, or None if none given."""
+def make_index(dataset: str | None, corpus_path: str | None, method: str, corpus: Any = None) -> Any:
+    """The :class:`~toolgym.retrieval.index.ToolIndex` over a dataset's (or a JSONL file's, or
+    ``corpus``) tools that schemes which retrieve search, or None if none is given."""
     if corpus is None:
         if dataset is None and corpus_path is None:
             return None
         corpus = load_reference(dataset, corpus_path)[1]
     from toolgym.retrieval.index import build_index
 
-    index = build_index(corpus, method)
-
-    def retrieve(queries: list[str], k: int) -> list[list[tuple[str, float]]]:
-        return [list(zip(r.ids, r.scores)) for r in index.search_batch(queries, k=k)]
-
-    return retrieve
+    return build_index(corpus, method)
 
 
 def load_reward_config(path: Path) -> Any:
@@ -103,17 +99,18 @@ def load_reward_config(path: Path) -> Any:
     return plain
 
 
-def build_scheme(spec: str, retrieve: Callable | None) -> tuple[str, Any]:
-    """(label, reward) for a scheme name or a YAML config path."""
+def build_scheme(spec: str, index: Any = None) -> tuple[str, Any]:
+    """(label, reward) for a scheme (or module) name or a YAML config path; ``index`` is what
+    modules that retrieve search."""
     if spec.endswith((".yaml", ".yml")):
         path = Path(spec)
         label, config = path.stem, load_reward_config(path)
     else:
-        label, config = spec, {"name": spec}
+        label, config = spec, spec
     try:
-        if "retrieve" in runtime_needs(config) and retrieve is None:
+        if "retrieve" in runtime_needs(config) and index is None:
             raise ValueError("it retrieves tools: give --dataset NAME or --corpus PATH")
-        return label, build_reward(config, retrieve=retrieve)
+        return label, build_reward(config, index=index)
     except (KeyError, ValueError) as exc:  # one line naming the --scheme it came from (KeyError without quotes)
         raise ValueError(f"--scheme {spec}: {exc.args[0] if exc.args else exc}") from None
 
@@ -327,9 +324,11 @@ def print_table(report: dict[str, Any]) -> None:
                       f"Spearman ρ {fmt(c['spearman'])} over {c['cells']} (rollout, turn) cells")
 
 
-def replay(path: str, schemes: list[str], out: str | Path, retrieve: Callable | None = None,
+def replay(path: str, schemes: list[str], out: str | Path, index: Any = None,
            dataset: Any = None, corpus: Any = None) -> dict[str, Any]:
     """Score ``path`` under ``schemes``; write the report files under ``out``; return the report.
+
+    ``index``: the tool index that schemes which retrieve search (:func:`make_index`).
 
     ``dataset`` / ``corpus``: check the groups first (:func:`verify_groups`); refused groups are
     not scored, and when every group is refused it is an error."""
@@ -341,7 +340,7 @@ def replay(path: str, schemes: list[str], out: str | Path, retrieve: Callable | 
     if not groups:
         against = f"dataset {dataset.name!r}" if dataset is not None else f"corpus {corpus.name!r}"
         raise ValueError(f"{path}: all {total} groups refused against {against} (group 1: {next(iter(refused.values()))})")
-    built = [build_scheme(s, retrieve) for s in schemes]
+    built = [build_scheme(s, index) for s in schemes]
     labels = [label for label, _ in built]
     if len(set(labels)) != len(labels):
         raise ValueError(f"the same scheme is named twice: {labels}")
@@ -371,8 +370,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_output_dir(args.out, "--out")  # before the scoring, not after it
     dataset, corpus = load_reference(args.dataset, args.corpus)
-    retrieve = make_retrieve(args.dataset, args.corpus, args.retriever, corpus=corpus)
-    report = replay(args.rollouts, args.scheme, args.out, retrieve, dataset=dataset, corpus=corpus)
+    index = make_index(args.dataset, args.corpus, args.retriever, corpus=corpus)
+    report = replay(args.rollouts, args.scheme, args.out, index, dataset=dataset, corpus=corpus)
     print_table(report)
     print_checks(report)
     print(f"wrote {args.out}/replay.json, replay.md, replay.png")

@@ -28,6 +28,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     from tqdm import tqdm
 
     from toolgym.agents.hf_policy import apply_lora
+    from toolgym.rewards import build_reward
     from toolgym.trainers import checkpoint as ckpt
     from toolgym.trainers.grpo import GRPOTrainer
 
@@ -43,7 +44,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     # Everything a config can get wrong fails here, before the model loads.
     envs = make_envs(cfg.env.id, training_env_kwargs(cfg), t.group_size * t.tasks_per_step)
     tasks = env_tasks(envs[0])[: t.max_tasks or None]
-    reward = build_reward(cfg, envs[0])
+    reward = build_reward(cfg.reward, index=envs[0].unwrapped.index)  # a retrieve over the env's own index
     eval_run = make_evaluation(cfg, progress)
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -160,33 +161,6 @@ def check_context_room(policy: Any, env: Any, tasks: Sequence[Any], max_context_
     if need > max_context_tokens:
         raise ValueError(f"train.max_context_tokens={max_context_tokens} is below the prompt ({prompt} tokens for task "
                          f"{tasks[0].id!r}) plus one turn (sampling.max_new_tokens={policy.sampling.max_new_tokens})")
-
-
-def make_retrieve(env: Any) -> Any:
-    """``retrieve(queries, k) -> ranked (id, score) lists`` over the env's own index.
-
-    Scores ride along so the counterfactual reward's ``max_score`` fusion works too.
-    """
-    index = env.unwrapped.index
-
-    def retrieve(queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
-        return [list(zip(r.ids, r.scores)) for r in index.search_batch(list(queries), None, k)]
-
-    return retrieve
-
-
-def build_reward(cfg: Any, env: Any) -> Any:
-    """The reward module ``reward.name`` with ``reward.options`` and a ``retrieve`` over the env's index."""
-    from toolgym.rewards import get_reward
-
-    options = dict(to_plain(cfg.reward.options) or {})
-    modules = to_plain(cfg.reward.modules)
-    try:
-        if modules:
-            return get_reward({"modules": modules}, retrieve=make_retrieve(env))
-        return get_reward(cfg.reward.name, retrieve=make_retrieve(env), **options)
-    except TypeError as exc:
-        raise ValueError(f"reward config for {cfg.reward.name!r}: {exc}") from None
 
 
 def make_evaluation(cfg: Any, progress: bool) -> Any:

@@ -122,26 +122,16 @@ class ToolgymAgentLoop(ToolAgentLoop):
         fields[episodes.SPANS_KEY] = [list(s) for s in spans]
 
 
-def build_reward(reward_cfg: dict[str, Any], env: Any) -> Any:
-    """A toolgym reward module (``toolgym.rewards.get_reward``) whose ``retrieve`` searches the env's index."""
-    from toolgym.rewards import get_reward
-
-    index = env.unwrapped.index
-
-    def retrieve(queries: list[str], k: int) -> list[list[tuple[str, float]]]:
-        return [list(zip(r.ids, r.scores)) for r in index.search_batch(list(queries), None, k)]
-
-    return get_reward(str(reward_cfg.get("name", "grpo_f1")), retrieve=retrieve, **dict(reward_cfg.get("options") or {}))
-
-
 class TurnCreditScorer:
     """Scores verl rollout batches with a toolgym reward module into the turn-end layout."""
 
-    def __init__(self, env_id: str = DEFAULT_ENV_ID, env_kwargs: dict[str, Any] | None = None,
-                 reward: dict[str, Any] | None = None):
+    def __init__(self, env_id: str = DEFAULT_ENV_ID, env_kwargs: dict[str, Any] | None = None, reward: Any = None):
+        from toolgym.rewards import build_reward
+
         env = episodes._make_env(env_id, dict(env_kwargs or {}))
         self.tasks = {t.id: t for t in env.unwrapped.tasks}
-        self.reward = build_reward(dict(reward or {}), env)
+        # every shape `toolgym train` takes (a name, {name, options}, {modules}); None = the same default
+        self.reward = build_reward(reward, index=env.unwrapped.index)
 
     @classmethod
     def from_config(cls, config: Any) -> "TurnCreditScorer":
