@@ -58,10 +58,10 @@ def grpo_config(env_name: str, reward: dict[str, Any], model: str, run_dir: Path
     ``config`` (default ``configs/learning_grpo.yaml``) with this run's env, reward, model and budget."""
     from omegaconf import OmegaConf
 
-    from toolgym.trainers.train_cmd import load_config
+    from toolgym.trainers.config import load_train_config
 
     env = ENVS[env_name]
-    cfg = load_config(config or ROOT / "configs" / "learning_grpo.yaml", check_machine=False)  # model set below
+    cfg = load_train_config(config or ROOT / "configs" / "learning_grpo.yaml", check_machine=False)  # model set below
     cfg.env.id = env["id"]
     cfg.env.kwargs = OmegaConf.create(env["kwargs"])  # replace, not merge: the envs take different kwargs
     cfg.reward.name = reward["name"]  # a structured section: set its fields, not the section
