@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from toolgym.trainers import checkpoint as ckpt
-from toolgym.trainers.config import TrainLoopConfig, load_config, model_source
+from toolgym.trainers.config import TrainLoopConfig, load_train_config, model_source
 from toolgym.trainers.evaluate import evaluate_policy
 from toolgym.trainers.train import tasks_for_step, train
 
@@ -40,15 +40,15 @@ def _write_config(path: Path, run_dir: Path, **train) -> Path:
 
 def test_config_layers_defaults_file_and_overrides(tmp_path):
     path = _write_config(tmp_path / "c.yaml", tmp_path / "run")
-    cfg = load_config(path, ["train.steps=7", "grpo.lr=0.5", "reward.name=grpo_match"])
+    cfg = load_train_config(path, ["train.steps=7", "grpo.lr=0.5", "reward.name=grpo_match"])
     assert cfg.train.steps == 7 and cfg.grpo.lr == 0.5 and cfg.reward.name == "grpo_match"
     assert cfg.train.group_size == 2 and cfg.grpo.clip_eps == 0.2 and cfg.grpo.kl_coef == 0.001  # defaults kept
     with pytest.raises(ValueError, match="unknown key"):
-        load_config(path, ["train.stepz=3"])
+        load_train_config(path, ["train.stepz=3"])
     with pytest.raises(ValueError, match="key=value"):
-        load_config(path, ["steps"])
+        load_train_config(path, ["steps"])
     with pytest.raises(FileNotFoundError):
-        load_config(tmp_path / "missing.yaml")
+        load_train_config(tmp_path / "missing.yaml")
 
 
 @pytest.mark.parametrize("override, key", [
@@ -68,7 +68,7 @@ def test_config_layers_defaults_file_and_overrides(tmp_path):
 def test_bad_config_values_fail_at_load_naming_the_key(tmp_path, override, key):
     path = _write_config(tmp_path / "c.yaml", tmp_path / "run")
     with pytest.raises(ValueError) as err:
-        load_config(path, [override])
+        load_train_config(path, [override])
     assert key in str(err.value) and "\n" not in str(err.value)
 
 
@@ -113,28 +113,28 @@ def test_hostile_config_files_fail_fast_and_clearly(tmp_path):
         path = tmp_path / f"{name}.yaml"
         path.write_text(text)
         with pytest.raises(ValueError, match=message):
-            load_config(path)
+            load_train_config(path)
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00train")
     with pytest.raises(ValueError, match="UTF-8"):
-        load_config(tmp_path / "binary.yaml")
+        load_train_config(tmp_path / "binary.yaml")
 
 
 def test_null_means_all_and_defaults_are_the_dataclasses(tmp_path):
-    cfg = load_config(_write_config(tmp_path / "c.yaml", tmp_path / "run"), ["eval.num_tasks=null", "train.max_tasks=null"])
+    cfg = load_train_config(_write_config(tmp_path / "c.yaml", tmp_path / "run"), ["eval.num_tasks=null", "train.max_tasks=null"])
     assert cfg.eval.num_tasks is None and cfg.train.max_tasks is None
-    assert load_config(None).sampling.max_new_tokens == 256  # one default, SamplingConfig's
-    assert TrainLoopConfig().skip_zero_advantage is False and load_config(None).train.skip_zero_advantage is False
+    assert load_train_config(None).sampling.max_new_tokens == 256  # one default, SamplingConfig's
+    assert TrainLoopConfig().skip_zero_advantage is False and load_train_config(None).train.skip_zero_advantage is False
 
 
 def test_shipped_configs_load(tmp_path):
     root = Path(__file__).resolve().parent.parent / "configs"
-    quick = load_config(root / "quickstart.yaml")
-    assert quick.grpo.lora.lora_alpha == 32
+    quick = load_train_config(root / "quickstart.yaml")
+    assert quick.grpo.lora["lora_alpha"] == 32
     for name in ("toolsearcher_stb.yaml", "magicselector_decompose.yaml"):  # GPU recipes: model and device not here
-        cfg = load_config(root / name, check_machine=False)
+        cfg = load_train_config(root / name, check_machine=False)
         assert cfg.train.steps > 0
-    stb = load_config(root / "toolsearcher_stb.yaml", check_machine=False)
-    assert stb.env.train_kwargs.curriculum.required_fraction == 0.3
+    stb = load_train_config(root / "toolsearcher_stb.yaml", check_machine=False)
+    assert stb.env.train_kwargs["curriculum"]["required_fraction"] == 0.3
 
 
 def test_init_from_a_model_folder_or_an_sft_run_dir(tmp_path, tokenizer, tiny):
@@ -142,6 +142,7 @@ def test_init_from_a_model_folder_or_an_sft_run_dir(tmp_path, tokenizer, tiny):
 
     import torch
 
+    from toolgym.trainers.config import ModelConfig
     from toolgym.trainers.evaluate import build_policy
 
     run = tmp_path / "sft_run"
@@ -149,7 +150,7 @@ def test_init_from_a_model_folder_or_an_sft_run_dir(tmp_path, tokenizer, tiny):
     tokenizer.save_pretrained(run / "model")
     assert model_source(SimpleNamespace(name="smollm2", init_from=str(run))) == str(run / "model")
     assert model_source(SimpleNamespace(name="smollm2", init_from=str(run / "model"))) == str(run / "model")
-    policy = build_policy({"name": "smollm2", "init_from": str(run), "device": "cpu"}, {"max_new_tokens": 4})
+    policy = build_policy(ModelConfig(name="smollm2", init_from=str(run), device="cpu"), {"max_new_tokens": 4})
     for (name, a), (_, b) in zip(tiny.named_parameters(), policy.model.named_parameters()):
         assert torch.equal(a, b), name
     with pytest.raises(FileNotFoundError, match="model.init_from"):
@@ -169,7 +170,7 @@ def test_curriculum_progress_reaches_training_resets_and_not_evaluation():
     from toolgym.trainers.train import evaluation_env_kwargs, training_env_kwargs, training_reset_options
 
     root = Path(__file__).resolve().parent.parent / "configs"
-    cfg = load_config(root / "toolsearcher_stb.yaml", ["train.steps=10"], check_machine=False)
+    cfg = load_train_config(root / "toolsearcher_stb.yaml", ["train.steps=10"], check_machine=False)
     env = make_envs(cfg.env.id, training_env_kwargs(cfg), 1)[0]
     modes = []
     for step in (0, 2, 3, 9):
@@ -208,8 +209,8 @@ def test_zero_advantage_rollouts_stay_in_the_batch_by_default():
 def test_trainer_names_stay_importable_from_train_cmd():
     from toolgym.trainers import train_cmd
 
-    for name in ("evaluate_policy", "load_policy", "load_config", "train", "format_eval_table", "tasks_for_step",
-                 "env_tasks", "make_envs", "make_retrieve", "build_policy", "to_plain", "add_arguments", "run"):
+    for name in ("evaluate_policy", "load_policy", "load_train_config", "train", "format_eval_table", "tasks_for_step",
+                 "env_tasks", "make_envs", "build_policy", "to_plain", "add_arguments", "run"):
         assert callable(getattr(train_cmd, name)), name
 
 
@@ -225,7 +226,7 @@ def test_task_order_is_a_seeded_permutation_per_epoch():
 def test_tiny_run_writes_metrics_rollouts_checkpoints_and_plot(tmp_path):
     from omegaconf import OmegaConf
 
-    cfg = load_config(_write_config(tmp_path / "c.yaml", tmp_path / "run"),
+    cfg = load_train_config(_write_config(tmp_path / "c.yaml", tmp_path / "run"),
                       ["grpo.lora={r: 2, alpha: 4}", "eval.after=true", "train.keep_checkpoints=2"])
     summary = train(cfg, progress=False)
     run = tmp_path / "run"
@@ -283,7 +284,7 @@ def test_killed_run_resumes_without_lost_or_repeated_steps(tmp_path):
 
 @pytest.mark.slow
 def test_time_budget_stops_after_the_running_step_and_checkpoints_it(tmp_path):
-    cfg = load_config(_write_config(tmp_path / "c.yaml", tmp_path / "run", steps=50, checkpoint_every=10),
+    cfg = load_train_config(_write_config(tmp_path / "c.yaml", tmp_path / "run", steps=50, checkpoint_every=10),
                       ["train.time_budget_s=0.001"])
     summary = train(cfg, progress=False)
     assert summary["steps"] == 1
@@ -291,16 +292,16 @@ def test_time_budget_stops_after_the_running_step_and_checkpoints_it(tmp_path):
 
 
 def test_reward_modules_config_builds_the_composite(tmp_path):
-    """``reward.modules`` (the rewards package's config shape) reaches get_reward as a composite."""
+    """``reward.modules`` (the rewards package's config shape) reaches build_reward as a composite."""
     import gymnasium
 
     from toolgym.rewards.composite import CompositeReward
-    from toolgym.trainers.config import load_config
-    from toolgym.trainers.train import build_reward
+    from toolgym.trainers.config import load_train_config
+    from toolgym.rewards import build_reward
 
-    cfg = load_config(None, ["env.id=toolgym/Decompose-v0", "reward.modules=[{module: env_return, weight: 1.0}, {module: monitors, weight: 0.0}]"],
+    cfg = load_train_config(None, ["env.id=toolgym/Decompose-v0", "reward.modules=[{module: env_return, weight: 1.0}, {module: monitors, weight: 0.0}]"],
                       check_machine=False)
     env = gymnasium.make("toolgym/Decompose-v0")
-    reward = build_reward(cfg, env)
+    reward = build_reward(cfg.reward, index=env.unwrapped.index)  # what train() builds
     assert isinstance(reward, CompositeReward)
     assert [(m.key, m.weight) for m in reward.modules] == [("env_return", 1.0), ("monitors", 0.0)]

@@ -95,7 +95,7 @@ class RewardConfig:
         modules (`list`, *optional*):
             A composite written out, ``[{module, weight, **options}, ...]`` (the config shape of
             ``toolgym.rewards``, e.g. ``configs/rewards/decomposition_env_return.yaml``); when set,
-            ``name`` and ``options`` are ignored.
+            ``name`` only labels it and ``options`` must be empty (``toolgym.rewards.build_reward``).
     """
 
     name: str = "grpo_f1"

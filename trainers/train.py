@@ -18,12 +18,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from toolgym.trainers.config import TrainConfig, load_config, model_source, to_plain, validate
+from toolgym.trainers.config import TrainConfig, config_dict, load_train_config, strict_dataclass, validate
 from toolgym.trainers.evaluate import build_policy, choose_tasks, env_tasks, evaluate, make_envs
 
 
 def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Run (or resume) the GRPO loop described by ``cfg`` (see :func:`load_config`); returns a summary dict."""
+    """Run (or resume) the GRPO loop described by ``cfg`` (a :class:`TrainConfig`, a YAML path or a
+    nested dict, see :func:`load_train_config`); returns a summary dict."""
     import torch
     from tqdm import tqdm
 
@@ -40,7 +41,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     else:  # every check a resume relies on, before any file is touched or any model is built
         plan = ckpt.plan_resume(run_dir, int(t.steps))
         if plan.checkpoint is not None:
-            ckpt.check_resume(plan.checkpoint, to_plain(cfg))  # say what differs, not a tensor-size error
+            ckpt.check_resume(plan.checkpoint, config_dict(cfg))  # say what differs, not a tensor-size error
     # Everything a config can get wrong fails here, before the model loads.
     envs = make_envs(cfg.env.id, training_env_kwargs(cfg), t.group_size * t.tasks_per_step)
     tasks = env_tasks(envs[0])[: t.max_tasks or None]
@@ -49,11 +50,11 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     run_dir.mkdir(parents=True, exist_ok=True)
 
     torch.manual_seed(seed)
-    policy = build_policy(cfg.model, to_plain(cfg.sampling))
+    policy = build_policy(cfg.model, cfg.sampling)
     check_context_room(policy, envs[0], tasks, t.max_context_tokens)
     evals = eval_run("before", policy, run_dir, resume)
-    policy.model = apply_lora(policy.model, to_plain(cfg.grpo.lora))  # generate with the adapter being trained
-    trainer = GRPOTrainer(policy.model, to_plain(cfg.grpo), temperature=cfg.sampling.temperature)
+    policy.model = apply_lora(policy.model, cfg.grpo.lora)  # generate with the adapter being trained
+    trainer = GRPOTrainer(policy.model, cfg.grpo, temperature=cfg.sampling.temperature)
     start_step = resume_from_checkpoint(run_dir, trainer, plan) if resume else 0
     rollout_fn, backend = rollout_backend(cfg, trainer.model)
 
@@ -82,7 +83,7 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
         done = step + 1
         out_of_time = bool(t.time_budget_s) and time.time() - started >= t.time_budget_s
         if t.checkpoint_every and (done % t.checkpoint_every == 0 or done == t.steps or out_of_time):
-            ckpt.save_checkpoint(run_dir, done, trainer.model, trainer.optimizer, {"config": to_plain(cfg)},
+            ckpt.save_checkpoint(run_dir, done, trainer.model, trainer.optimizer, {"config": config_dict(cfg)},
                                  keep=t.keep_checkpoints)
         bar.update(1)
         bar.set_postfix(reward=f"{row['reward']:.3f}", kl=f"{row.get('kl', 0):.4f}", tok_s=f"{row['tokens_per_s']:.0f}")
@@ -103,19 +104,14 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
 
 
 # -- setup ----------------------------------------------------------------------------------
-def as_config(cfg: Any) -> Any:
-    """A validated structured config from a ``load_config`` result, a ``TrainConfig`` or a plain dict."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
+def as_config(cfg: Any) -> TrainConfig:
+    """A validated :class:`TrainConfig` from a ``TrainConfig``, a YAML path (``None``: the defaults) or a nested dict."""
     if isinstance(cfg, (str, Path)) or cfg is None:
-        return load_config(cfg)
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), cfg)
-    except OmegaConfBaseException as exc:
-        raise ValueError(f"bad config: {str(exc).splitlines()[0]}") from None
-    validate(merged)
-    return merged
+        return load_train_config(cfg)
+    if not isinstance(cfg, TrainConfig):
+        cfg = strict_dataclass(TrainConfig, dict(cfg), "train")
+    validate(cfg)
+    return cfg
 
 
 def rollout_backend(cfg: Any, model: Any) -> tuple[Any, Any]:
@@ -125,29 +121,27 @@ def rollout_backend(cfg: Any, model: Any) -> tuple[Any, Any]:
 
     if cfg.rollout.backend == "local":
         return rollout_groups, None
-    from toolgym.trainers.ray_rollout import from_train_config
+    from toolgym.trainers.ray_rollout import RayRollout
 
-    plain = to_plain(cfg)
-    plain["model"] = {**plain["model"], "name": model_source(cfg.model)}  # init_from wins, as in build_policy
-    backend = from_train_config(plain, training_env_kwargs(cfg))
+    backend = RayRollout.from_config(cfg.rollout, cfg.model, cfg.sampling, cfg.env.id, training_env_kwargs(cfg))
     backend.sync_weights(model)
     return backend.rollout_groups, backend
 
 
 def training_env_kwargs(cfg: Any) -> dict[str, Any]:
-    return {**to_plain(cfg.env.kwargs), **to_plain(cfg.env.train_kwargs)}
+    return {**cfg.env.kwargs, **cfg.env.train_kwargs}
 
 
 def evaluation_env_kwargs(cfg: Any) -> dict[str, Any]:
     """Evaluation searches globally: a ``curriculum`` in ``env.kwargs`` is dropped unless
     ``env.eval_kwargs`` sets one (or a ``category_mode``) itself."""
-    kwargs = {k: v for k, v in to_plain(cfg.env.kwargs).items() if k != "curriculum"}
-    return {**kwargs, **to_plain(cfg.env.eval_kwargs)}
+    kwargs = {k: v for k, v in cfg.env.kwargs.items() if k != "curriculum"}
+    return {**kwargs, **cfg.env.eval_kwargs}
 
 
 def training_reset_options(cfg: Any, env: Any, step: int) -> dict[str, Any]:
     """``env.reset_options``, plus ``progress = step / steps`` for an env with a curriculum (resume-stable)."""
-    options = dict(to_plain(cfg.env.reset_options))
+    options = dict(cfg.env.reset_options)
     if getattr(env.unwrapped, "curriculum", None) is not None:
         options["progress"] = step / cfg.train.steps
     return options
@@ -186,7 +180,7 @@ def make_evaluation(cfg: Any, progress: bool) -> Any:
         policy.sampling = replace(saved, temperature=e.temperature)
         try:
             evals[phase] = evaluate(policy, envs, tasks, max_context_tokens=cfg.train.max_context_tokens,
-                                    reset_options=to_plain(cfg.env.reset_options), progress=progress)
+                                    reset_options=dict(cfg.env.reset_options), progress=progress)
         finally:
             policy.sampling = saved
         evals[phase].update(env_id=cfg.env.id, num_tasks=evals[phase]["tasks"])
