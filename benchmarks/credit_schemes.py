@@ -1,35 +1,47 @@
-"""Which credit scheme learns fastest from the same warm start? Held-out reward against step.
+"""Which credit scheme learns fastest from the same warm start? Held-out F1 against step, paired.
 
 Every (env, scheme, seed) run starts from the same warm start (``--warm-start``, a ``toolgym sft``
 RUN_DIR/model), trains the same number of GRPO steps on the same task order (the seed fixes
 order and sampling, so scheme A and scheme B see the same tasks at every step for a given
 seed), and is evaluated greedily on the same held-out tasks every ``--eval-every`` steps (the
-run is continued with ``--resume`` between evaluations, which is exact). Outputs:
-``benchmarks/results/credit_schemes.json`` (every evaluation's per-task rewards),
-``benchmarks/results/credit_schemes_<env>.png`` (mean ± spread over seeds against step) and a
-table in docs/benchmarks.md: final gain over the warm start ± paired se, invalid rate, search
-turns, zero-variance group share. Scheme names come from the command line, so schemes added
-later need no edit here. Not run in CI.
+run is continued with ``--resume`` between evaluations, which is exact).
 
-A finished run leaves ``RUN_DIR/run.json`` and is not trained again, so an interrupted benchmark
-is continued by running the same command. ``--jobs N`` trains the runs in N processes of
-cpus/N threads each: decoding a 135M model uses two cores poorly. Measured here, one decode step
-of 32 rows at 300 tokens of context takes 204 ms with 2 threads, and 260 ms in each of two
-1-thread processes running at once, so two processes decode ~1.6x as many tokens. An env's results replace that env's earlier
-ones in the JSON and the table; the other envs' results stay.
+A finished run writes its raw per-task results to
+``benchmarks/results/credit_schemes/<env>/<scheme>_seed<k>.json`` (commit it), with the sha256
+of the warm start's tensors (:func:`weights_fingerprint`): a run whose file exists is never
+trained again, and a file from another warm start or other settings is refused, so a comparison
+spread over restarts and fresh machines loses nothing and never pools two warm starts.
+``--report`` rebuilds everything from those files alone: per scheme the held-out F1 / SRecall /
+Match / invalid rate / search turns (mean ± sd over seeds), the pooled gain over the warm start ±
+paired se, every pair of schemes paired per task (seed spread apart from task spread), the share
+of training groups with non-zero credit per term, the credit per turn type of one set of logged
+rollouts scored under every scheme (``<env>/replay_rollouts.jsonl``, made by ``--replay-from
+RUN_DIR``), and the figures; it writes them into docs/learning.md between the
+``credit_schemes_runs`` markers. Not run in CI.
 
-    python benchmarks/credit_schemes.py --warm-start runs/sft_warmstart/model --steps 8 --eval-every 4 \
-        --seeds 0 1 --eval-tasks 40 --tasks-per-step 2 --group-size 8 --decompose-schemes --jobs 2 --set grpo.lr=1e-3
-    python benchmarks/credit_schemes.py --warm-start W --steps 2 --eval-every 1 --seeds 0 --eval-tasks 4 \
-        --toolsearch-schemes grpo_f1 --decompose-schemes counterfactual --no-report   # a smoke run
+``--jobs N`` trains the runs in N processes of cpus/N threads each: decoding a 135M model uses two
+cores poorly (one decode step of 32 rows at 300 tokens of context: 204 ms with 2 threads, 260 ms
+in each of two 1-thread processes at once, so two processes decode ~1.6x as many tokens).
+
+    python benchmarks/credit_schemes.py --warm-start runs/sft_toolsearch/model --toolsearch-env toolsearch_multi \
+        --steps 3 --eval-every 3 --seeds 0 1 2 --eval-tasks 40 --tasks-per-step 4 --group-size 8 \
+        --toolsearch-schemes toolsearcher grpo_f1 --decompose-schemes --out runs/credit_multi --set grpo.lr=1e-3
+    python benchmarks/credit_schemes.py --replay-from runs/credit_multi/toolsearch_multi/toolsearcher_seed0 \
+        --toolsearch-env toolsearch_multi      # commit its replay_rollouts.jsonl, then report
+    python benchmarks/credit_schemes.py --report   # tables and figures from the committed files alone
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import math
 import os
+import struct
 import subprocess
 import sys
+from collections.abc import Sequence
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +50,21 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS, markdown_table, write_report  # noqa: E402
 from learning import ENVS, evaluate, grpo_config  # noqa: E402
+
+# Seal-Tools tool search on its multi-tool tasks only (>= 2 gold tools, each findable by its own
+# search): first-discovery credit has several tools to discover and TCA's full-retrieval gate is
+# open in some rollouts and shut in others. Same prompts and turn limit as ToolSearch-v0, so the
+# ToolSearch warm start applies unchanged.
+ENVS.setdefault("toolsearch_multi", {**ENVS["toolsearch"], "kwargs": {"max_turns": 4, "min_gold": 2}})
+TOOLSEARCH_ENVS = ("toolsearch", "toolsearch_multi")
+RUN_FILES = RESULTS / "credit_schemes"  # one committed file per finished (env, scheme, seed) run
+RUN_FORMAT = 2
+# held-out metrics of tool search per task (evaluate_per_task row keys) and how the tables name them
+METRICS = {"f1": "F1", "srecall": "SRecall", "match": "Match", "invalid_rate": "invalid", "search_turns": "turns"}
+DECOMPOSE_METRICS = {"reward": "R_cf", "c10": "C@10", "ndcg5": "N@5", "invalid_rate": "invalid", "subtasks": "subtasks"}
+TURN_TYPES = ("first_discovery", "repeated_search", "search_nothing", "submit_all_gold_seen", "submit_gold_missing",
+              "rejected")
+REPLAY_SCHEMES = ("toolsearcher", "esm_only", "tca_only", "grpo_f1", "toolsearcher_valid")
 
 DEFAULT_SCHEMES = {
     "toolsearch": ["toolsearcher", "esm_only", "tca_only", "grpo_f1"],
@@ -51,7 +78,8 @@ SETTING_KEYS = ("warm_start", "steps", "eval_every", "eval_tasks", "eval_batch",
 
 def env_settings(env_name: str, args: argparse.Namespace) -> dict[str, Any]:
     """What every run of one env shares; a run dir trained under other settings is not reused."""
-    return {"env_id": ENVS[env_name]["id"], **{k: getattr(args, k) for k in SETTING_KEYS}}
+    return {"env_id": ENVS[env_name]["id"], "env_kwargs": ENVS[env_name]["kwargs"],
+            **{k: getattr(args, k) for k in SETTING_KEYS}}
 
 
 def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, warm: dict[str, Any]) -> dict[str, Any]:
@@ -62,6 +90,10 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
 
     run_dir = Path(args.out) / env_name / f"{scheme}_seed{seed}"
     settings = {**env_settings(env_name, args), "scheme": scheme, "seed": seed}
+    results_dir = Path(getattr(args, "results_dir", None) or RUN_FILES)
+    committed = run_file(env_name, scheme, seed, results_dir)
+    if committed.exists() and "fingerprint" in warm:
+        return check_run_file(committed, settings, warm["fingerprint"])
     for marker in (run_dir / "run.json", run_dir / "settings.json"):
         if marker.exists():
             got = json.loads(marker.read_text())
@@ -80,6 +112,7 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
                           overrides=args.overrides)
         cfg.train.steps = step
         cfg.train.time_budget_s = None
+        cfg.train.save_rollouts = True  # for `toolgym replay` (credit per turn type on the same rollouts)
         train(cfg, resume=(run_dir / "checkpoints").is_dir(), progress=not args.no_progress)
         ev = evaluate(str(run_dir), env_name, args.eval_tasks, run_dir / f"eval_step{step}.json", args.eval_batch)
         points.append({"step": step, "mean": ev["mean"], "rows": ev["rows"]})
@@ -90,6 +123,18 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
               "train_invalid_rate": float(sum(m.get("invalid_rate", 0.0) for m in metrics) / max(len(metrics), 1)),
               "train_seconds": float(sum(m.get("step_s", 0.0) for m in metrics))}
     (run_dir / "run.json").write_text(json.dumps(result))
+    if "fingerprint" in warm:  # the committed raw file: what --report pools
+        from datetime import datetime, timezone
+
+        rows = train_rows(metrics)
+        committed.parent.mkdir(parents=True, exist_ok=True)
+        committed.write_text(json.dumps({
+            "format": RUN_FORMAT, "env": env_name, "env_id": ENVS[env_name]["id"], "scheme": scheme, "seed": seed,
+            "settings": settings, "warm_start_fingerprint": warm["fingerprint"],
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "task_set": warm.get("task_set"), "warm": {"mean": warm["mean"], "rows": warm["rows"]},
+            "points": points, "train": rows, "credit_nonzero_share": credit_nonzero_share(rows),
+            "train_seconds": result["train_seconds"]}, indent=1) + "\n")
     return result
 
 
@@ -103,6 +148,249 @@ def pooled_gain(runs: list[dict[str, Any]]) -> dict[str, float]:
     before = [r["reward"] for r in runs[0]["points"][0]["rows"]]
     finals = [[r["reward"] for r in run["points"][-1]["rows"]] for run in runs]
     return paired_gain(before, [sum(col) / len(col) for col in zip(*finals)])
+
+
+# -- warm start fingerprint, one file per finished run ------------------------------------------
+def weights_fingerprint(model_dir: str | Path) -> str:
+    """sha256 over every tensor of the folder's ``*.safetensors`` (name, dtype, shape, raw bytes,
+    sorted by name): the same weights give the same hash whatever the file's metadata or order."""
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{model_dir}: no *.safetensors weights to fingerprint")
+    entries = []
+    for path in files:
+        with open(path, "rb") as fh:
+            raw = fh.read(8)
+            if len(raw) != 8:
+                raise ValueError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+            n = struct.unpack("<Q", raw)[0]
+            if n > 100_000_000:  # a header this large is a corrupt or hostile file, not weights
+                raise ValueError(f"{path}: safetensors header of {n} bytes")
+            header = json.loads(fh.read(n))
+        entries += [(name, path, 8 + n, meta) for name, meta in header.items() if name != "__metadata__"]
+    digest = hashlib.sha256()
+    for name, path, base, meta in sorted(entries, key=lambda e: e[0]):
+        start, end = (int(x) for x in meta["data_offsets"])
+        digest.update(json.dumps([name, meta["dtype"], list(meta["shape"])]).encode())
+        with open(path, "rb") as fh:
+            fh.seek(base + start)
+            left = end - start
+            while left > 0:
+                chunk = fh.read(min(left, 1 << 24))
+                if not chunk:
+                    raise ValueError(f"{path}: tensor {name!r} runs past the end of the file")
+                digest.update(chunk)
+                left -= len(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+def run_file(env_name: str, scheme: str, seed: int, root: Path | None = None) -> Path:
+    """``benchmarks/results/credit_schemes/<env>/<scheme>_seed<k>.json``: a finished run's raw per-task results."""
+    return (root or RUN_FILES) / env_name / f"{scheme}_seed{seed}.json"
+
+
+def check_run_file(path: Path, settings: dict[str, Any], fingerprint: str) -> dict[str, Any]:
+    """The run stored at ``path``, refused (SystemExit) when it came from another warm start or other settings."""
+    got = json.loads(path.read_text())
+    if got.get("warm_start_fingerprint") != fingerprint:
+        raise SystemExit(f"{path} was trained from another warm start ({got.get('warm_start_fingerprint')}, this one "
+                         f"is {fingerprint}): runs of different warm starts are never pooled; move it or rebuild "
+                         "the warm start with the documented command")
+    if got.get("settings") != settings:
+        diff = sorted(k for k in set(settings) | set(got.get("settings") or {})
+                      if settings.get(k) != (got.get("settings") or {}).get(k))
+        raise SystemExit(f"{path} holds a run with other settings (differs in {diff}); pass another --results-dir")
+    return got
+
+
+def task_set_stats(env_name: str) -> dict[str, Any]:
+    """Gold tools per task of the env's training and held-out tasks (what first-discovery credit can find)."""
+    import numpy as np
+
+    from toolgym.trainers.evaluate import env_tasks, make_envs
+
+    spec = ENVS[env_name]
+    out: dict[str, Any] = {}
+    for split in ("train", spec.get("eval_split", "heldout")):
+        tasks = env_tasks(make_envs(spec["id"], {**spec["kwargs"], "split": split}, 1)[0])
+        gold = np.array([len(t.gold) for t in tasks], dtype=float)
+        out[split] = {"tasks": len(tasks), "gold_per_task": float(gold.mean()),
+                      "multi_tool_share": float(np.mean(gold >= 2))}
+    return out
+
+
+def train_rows(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-step training numbers a run file keeps (the credit terms' zero-variance flags among them)."""
+    keep = ("step", "reward", "zero_adv_group_share", "invalid_rate", "search_turns", "generated_tokens", "step_s")
+    return [{k: v for k, v in m.items() if k in keep or (k.startswith("reward/") and k.endswith(("/zero_var", "/gate_open")))}
+            for m in metrics]
+
+
+def credit_nonzero_share(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per credit term, the share of training groups where it was not zero everywhere: 1 − mean ``<term>/zero_var``
+    over the steps (every step has the same number of groups)."""
+    terms = sorted({k[len("reward/"): -len("/zero_var")] for r in rows for k in r
+                    if k.startswith("reward/") and k.endswith("/zero_var")})
+    return {t: 1.0 - sum(r.get(f"reward/{t}/zero_var", 0.0) for r in rows) / len(rows) for t in terms} if rows else {}
+
+
+def load_run_files(root: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Every committed run file, per env; an env whose runs come from two warm starts (or two settings) is refused."""
+    root = root or RUN_FILES
+    envs: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(root.glob("*/*_seed*.json")):
+        run = json.loads(path.read_text())
+        run["_file"] = str(path)
+        envs.setdefault(run["env"], []).append(run)
+    for env, runs in envs.items():
+        prints = {r["warm_start_fingerprint"] for r in runs}
+        if len(prints) > 1:
+            raise SystemExit(f"{env}: run files from {len(prints)} warm starts ({sorted(prints)}); runs of different "
+                             "warm starts are never pooled: remove the stale files")
+        shared = {json.dumps({k: v for k, v in r["settings"].items() if k not in ("scheme", "seed")}, sort_keys=True)
+                  for r in runs}
+        if len(shared) > 1:
+            raise SystemExit(f"{env}: run files of {len(shared)} different settings; one comparison pools one setting")
+    return envs
+
+
+# -- paired comparisons ---------------------------------------------------------------------------
+def final_by_task(runs: Sequence[dict[str, Any]], key: str) -> dict[int, list[float]]:
+    """seed -> the final evaluation's per-task ``key`` (every run checked to cover the warm start's tasks, in order)."""
+    out = {}
+    for run in runs:
+        ids = [r["task_id"] for r in run["warm"]["rows"]]
+        rows = run["points"][-1]["rows"]
+        if [r["task_id"] for r in rows] != ids:
+            raise ValueError(f"{run['scheme']} seed {run['seed']}: final evaluation covers other tasks than the warm start")
+        out[int(run["seed"])] = [float(r[key]) for r in rows]
+    return out
+
+
+def paired_difference_over_seeds(a: dict[int, list[float]], b: dict[int, list[float]]) -> dict[str, Any]:
+    """A − B on the seeds both ran: per task the difference of the seeds' means, its mean ± paired se over tasks
+    (task-to-task spread); and the per-seed mean differences with their sd over seeds (seed-to-seed spread)."""
+    import numpy as np
+
+    seeds = sorted(a.keys() & b.keys())
+    if not seeds:
+        raise ValueError("no seed in common")
+    xa, xb = np.array([a[s] for s in seeds]), np.array([b[s] for s in seeds])
+    if xa.shape != xb.shape:
+        raise ValueError(f"different task counts {xa.shape} / {xb.shape}")
+    d = xa.mean(0) - xb.mean(0)
+    per_seed = (xa - xb).mean(1)
+    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else 0.0
+    return {"diff": float(d.mean()), "se": se, "n_tasks": int(len(d)), "seeds": seeds,
+            "per_seed": [float(x) for x in per_seed],
+            "seed_sd": float(per_seed.std(ddof=1)) if len(seeds) > 1 else None,
+            "exceeds_2se": bool(abs(d.mean()) > 2 * se)}
+
+
+def warm_by_task(runs: Sequence[dict[str, Any]], key: str) -> dict[int, list[float]]:
+    """The warm start's per-task ``key`` under every seed of ``runs`` (one evaluation: greedy, so the same)."""
+    return {int(r["seed"]): [float(x[key]) for x in r["warm"]["rows"]] for r in runs}
+
+
+def pairwise(by_scheme: dict[str, list[dict[str, Any]]], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Every pair of schemes (and each scheme against the warm start): :func:`paired_difference_over_seeds`."""
+    out = []
+    schemes = list(by_scheme)
+    for a in schemes:
+        out.append({"a": a, "b": "warm start",
+                    **{k: paired_difference_over_seeds(final_by_task(by_scheme[a], k), warm_by_task(by_scheme[a], k))
+                       for k in keys}})
+    for a, b in combinations(schemes, 2):
+        out.append({"a": a, "b": b, **{k: paired_difference_over_seeds(final_by_task(by_scheme[a], k),
+                                                                      final_by_task(by_scheme[b], k)) for k in keys}})
+    return out
+
+
+def tasks_for_2se(diff: float, se: float, n_tasks: int) -> int | None:
+    """Held-out tasks at which a difference this large would clear 2 paired se (se shrinks as 1/√n); None if 0."""
+    if diff == 0 or se == 0:
+        return None
+    return int(math.ceil(n_tasks * (2 * se / abs(diff)) ** 2))
+
+
+# -- where the credits differ: per turn type, on the same rollouts ----------------------------------
+def classify_turns(traj: Any, gold: frozenset[str] | set[str]) -> list[str]:
+    """The type of each of ``traj``'s turns (one of :data:`TURN_TYPES`).
+
+    A search is a first discovery when its results hold a gold tool no earlier search showed; a
+    repeated search when it finds nothing new but repeats an earlier query or shows gold already
+    seen; otherwise it found nothing. The submit turn splits on whether every gold tool had been
+    shown before it. Any other turn was rejected by the env (an invalid or cut action).
+    """
+    events = {e.turn: e for e in traj.events}
+    seen: set[str] = set()
+    queries: set[str] = set()
+    kinds = []
+    for turn in range(max(int(traj.num_turns), 0)):
+        event = events.get(turn)
+        if event is not None:
+            query = " ".join(event.query.lower().split())
+            if any(r in gold and r not in seen for r in event.results):
+                kind = "first_discovery"
+            elif query in queries or any(r in gold for r in event.results):
+                kind = "repeated_search"
+            else:
+                kind = "search_nothing"
+            seen.update(event.results)
+            queries.add(query)
+        elif turn == traj.num_turns - 1 and traj.terminated_by == "submit":
+            kind = "submit_all_gold_seen" if set(gold) <= seen else "submit_gold_missing"
+        else:
+            kind = "rejected"
+        kinds.append(kind)
+    return kinds
+
+
+def credit_by_turn_type(groups: list[tuple[Any, list[Any]]], schemes: Sequence[str]) -> dict[str, Any]:
+    """Score the same rollouts under every scheme; per scheme and turn type: cells, mean advantage and the
+    shares of positive / zero / negative advantages; per scheme the share of groups where each credit
+    term is non-zero."""
+    import numpy as np
+
+    from toolgym.trainers.replay_cmd import build_scheme, score_all, summarise
+
+    kinds = [[classify_turns(t, task.gold) for t in trajs] for task, trajs in groups]
+    counts = {k: sum(row.count(k) for g in kinds for row in g) for k in TURN_TYPES}
+    out: dict[str, Any] = {"groups": len(groups), "rollouts": sum(len(t) for _, t in groups), "turns": counts,
+                           "schemes": {}}
+    for name in schemes:
+        label, reward = build_scheme(name, None)
+        scored = score_all(label, reward, groups)
+        cells: dict[str, list[float]] = {k: [] for k in TURN_TYPES}
+        for gi, credit in scored.credits.items():
+            for i, traj in enumerate(groups[gi][1]):
+                adv = credit.rollout_turn_advantages(i, max(int(traj.num_turns), 0))
+                for kind, a in zip(kinds[gi][i], adv):
+                    cells[kind].append(float(a))
+        summary = summarise(scored, groups)
+        out["schemes"][label] = {
+            "groups_scored": summary["groups_scored"],
+            "nonzero_group_share": {k: 1.0 - v for k, v in summary["zero_variance_share"].items()},
+            "by_type": {k: ({"cells": len(v), "mean": float(np.mean(v)), "positive": float(np.mean(np.array(v) > 0)),
+                             "zero": float(np.mean(np.array(v) == 0)), "negative": float(np.mean(np.array(v) < 0))}
+                            if v else {"cells": 0}) for k, v in cells.items()}}
+    return out
+
+
+def strip_rollouts(src: Sequence[Path], dest: Path) -> Path:
+    """One rollouts JSONL of ``src`` without messages and token ids (what credit needs: events, selection, turns)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest, "w") as out:
+        for path in src:
+            for line in Path(path).read_text().splitlines():
+                if not line.strip():
+                    continue
+                group = json.loads(line)
+                for t in group["trajectories"]:
+                    for k in ("messages", "token_ids", "loss_mask", "turn_spans"):
+                        t.pop(k, None)
+                out.write(json.dumps(group) + "\n")
+    return dest
 
 
 def plot(env_id: str, runs: list[dict[str, Any]], out_png: Path) -> Path:
@@ -176,6 +464,229 @@ def report_body(envs: dict[str, dict[str, Any]]) -> str:
     return "\n\n".join(paragraphs + [legend, table])
 
 
+# -- the report, from the committed run files alone -------------------------------------------------
+LEARNING_DOC = Path(__file__).resolve().parent.parent / "docs" / "learning.md"
+SECTION = "credit_schemes_runs"
+
+
+def metric_names(env_name: str) -> dict[str, str]:
+    return METRICS if env_name in TOOLSEARCH_ENVS else DECOMPOSE_METRICS
+
+
+def by_scheme(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    order = {s: i for i, s in enumerate(REPLAY_SCHEMES + tuple(DEFAULT_SCHEMES["decompose"]) + ("magicselector",))}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(runs, key=lambda r: (order.get(r["scheme"], 99), r["scheme"], r["seed"])):
+        out.setdefault(r["scheme"], []).append(r)
+    return out
+
+
+def _mean_sd(values: Sequence[float]) -> str:
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    return f"{v.mean():.3f}" + (f" ± {v.std(ddof=1):.3f}" if len(v) > 1 else "")
+
+
+def _pm(d: dict[str, Any]) -> str:
+    return f"{d['diff']:+.3f} ± {d['se']:.3f}" + (" ✔" if d["exceeds_2se"] else "")
+
+
+def plot_runs(env_name: str, runs: list[dict[str, Any]], out_png: Path) -> Path:
+    """Every held-out metric against step: mean over seeds, band = min..max over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = metric_names(env_name)
+    fig, axes = plt.subplots(1, len(names), figsize=(3.3 * len(names), 3.3))
+    for scheme, mine in by_scheme(runs).items():
+        steps = [p["step"] for p in mine[0]["points"]]
+        for ax, (key, label) in zip(axes, names.items()):
+            vals = np.array([[p["mean"].get(key, np.nan) for p in r["points"]] for r in mine])
+            line, = ax.plot(steps, vals.mean(0), marker="o", label=f"{scheme} ({len(mine)})")
+            ax.fill_between(steps, vals.min(0), vals.max(0), alpha=0.15, color=line.get_color())
+            ax.set_title(label, fontsize=10)
+            ax.set_xlabel("GRPO step")
+            ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, title="scheme (seeds)", title_fontsize=7)
+    fig.suptitle(f"{ENVS.get(env_name, {}).get('id', env_name)} ({env_name}): held-out, greedy; band = seeds' range",
+                 fontsize=10)
+    fig.tight_layout()
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return out_png
+
+
+def plot_replay(replay: dict[str, Any], out_png: Path) -> Path:
+    """Mean advantage per turn type, one bar per scheme (the label under each group: its cell count)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    types = [k for k in TURN_TYPES if replay["turns"].get(k)]
+    schemes = list(replay["schemes"])
+    width = 0.8 / max(len(schemes), 1)
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    for j, name in enumerate(schemes):
+        by = replay["schemes"][name]["by_type"]
+        ax.bar(np.arange(len(types)) + j * width, [by[k].get("mean", 0.0) for k in types], width, label=name)
+    ax.axhline(0, color="black", lw=0.7)
+    ax.set_xticks(np.arange(len(types)) + width * (len(schemes) - 1) / 2)
+    ax.set_xticklabels([f"{k.replace('_', ' ')}\n(n={replay['turns'][k]})" for k in types], fontsize=8)
+    ax.set_ylabel("mean advantage of the turn")
+    ax.set_title(f"Credit per turn type, the same {replay['rollouts']} rollouts scored by every scheme", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return out_png
+
+
+def replay_table(replay: dict[str, Any]) -> str:
+    types = [k for k in TURN_TYPES if replay["turns"].get(k)]
+    rows = []
+    for name, s in replay["schemes"].items():
+        cells = []
+        for k in types:
+            c = s["by_type"][k]
+            cells.append(f"{c['mean']:+.3f} ({c['positive']:.0%} + / {c['negative']:.0%} −)")
+        rows.append([f"`{name}`", *cells])
+    return markdown_table(["scheme", *[f"{k.replace('_', ' ')} (n={replay['turns'][k]})" for k in types]], rows)
+
+
+def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any] | None, results_dir: Path,
+               png_dir: Path | None = None) -> str:
+    import numpy as np
+
+    names = metric_names(env_name)
+    schemes = by_scheme(runs)
+    s = runs[0]["settings"]
+    head = runs[0]
+    ts = head.get("task_set") or {}
+    parts = [f"**{head['env_id']}** (`{env_name}`; env kwargs `{json.dumps(ENVS.get(env_name, {}).get('kwargs', {}))}`): "
+             f"warm start `{s['warm_start']}` (`{head['warm_start_fingerprint'][:19]}…`), {s['steps']} GRPO steps per run "
+             f"of {s['tasks_per_step']} tasks × {s['group_size']} rollouts (overrides "
+             f"{' '.join(f'`{o}`' for o in s['overrides'] or []) or 'none'}), greedy evaluation on the first "
+             f"{s['eval_tasks']} held-out tasks every {s['eval_every']} steps. Raw files: "
+             f"`{results_dir.relative_to(RESULTS.parent.parent) if results_dir.is_relative_to(RESULTS.parent.parent) else results_dir}/{env_name}/`."]
+    if ts:
+        warm = head["warm"]["mean"]
+        parts.append("Task set: " + "; ".join(f"{split} {v['tasks']} tasks, {v['gold_per_task']:.2f} gold tools per task "
+                                               f"({v['multi_tool_share']:.0%} with ≥ 2)" for split, v in ts.items())
+                     + ". Warm start on the held-out tasks: " + ", ".join(f"{label} {warm.get(k, float('nan')):.3f}"
+                                                                         for k, label in names.items()) + ".")
+    # per scheme: metric by step (mean over seeds), final mean ± sd over seeds, pooled gain
+    key0 = next(iter(names))
+    rows = []
+    for scheme, mine in schemes.items():
+        by_step = " → ".join(f"{np.mean([r['points'][i]['mean'][key0] for r in mine]):.3f}"
+                             for i in range(min(len(r["points"]) for r in mine)))
+        gain = paired_difference_over_seeds(final_by_task(mine, key0), warm_by_task(mine, key0))
+        finals = [_mean_sd([r["points"][-1]["mean"].get(k, float("nan")) for r in mine]) for k in list(names)[1:]]
+        nz = {}
+        for r in mine:
+            for term, v in r.get("credit_nonzero_share", {}).items():
+                nz.setdefault(term, []).append(v)
+        rows.append([f"`{scheme}`", ", ".join(str(r["seed"]) for r in mine), by_step, _pm(gain),
+                     gain["seed_sd"] is not None and f"{gain['seed_sd']:.3f}" or "-", *finals,
+                     " ".join(f"{t} {np.mean(v):.2f}" for t, v in nz.items() if t not in ("monitors",))])
+    parts.append(markdown_table(["scheme", "seeds", f"held-out {names[key0]} by step (mean over seeds)",
+                                 f"pooled {names[key0]} gain ± paired se", "seed sd of the gain",
+                                 *[f"final {v} (mean ± sd over seeds)" for v in list(names.values())[1:]],
+                                 "groups with non-zero credit, per term"], rows))
+    best = max(schemes, key=lambda sc: paired_difference_over_seeds(final_by_task(schemes[sc], key0),
+                                                                   warm_by_task(schemes[sc], key0))["diff"])
+    g = paired_difference_over_seeds(final_by_task(schemes[best], key0), warm_by_task(schemes[best], key0))
+    need = tasks_for_2se(g["diff"], g["se"], g["n_tasks"])
+    parts.append(f"Best scheme by pooled {names[key0]} gain: `{best}`, {_pm(g)} over {g['n_tasks']} tasks and seeds "
+                 f"{g['seeds']} ({'clears' if g['exceeds_2se'] and g['diff'] > 0 else 'does not clear'} 2 paired se"
+                 + (f"; at this effect size and task-to-task spread, 2 se needs ≈ {need} held-out tasks" if need else "")
+                 + ").")
+    # scheme against scheme
+    keys = [key0] + (["srecall", "search_turns"] if env_name in TOOLSEARCH_ENVS else ["c10"])
+    pair_rows = []
+    for p in pairwise(schemes, keys):
+        pair_rows.append([f"`{p['a']}` − {'`' + p['b'] + '`' if p['b'] != 'warm start' else 'warm start'}",
+                          len(p[key0]["seeds"]),
+                          *[_pm(p[k]) for k in keys],
+                          " / ".join(f"{x:+.3f}" for x in p[key0]["per_seed"]),
+                          f"{p[key0]['seed_sd']:.3f}" if p[key0]["seed_sd"] is not None else "-"])
+    parts.append("Scheme against scheme, paired: per held-out task the difference of the seeds' mean final value, "
+                 "its mean ± paired se over tasks (the task-to-task spread; ✔ = beyond 2 se); then the same difference "
+                 "seed by seed and its sd over seeds (the seed-to-seed spread), for "
+                 f"{names[key0]}.\n\n"
+                 + markdown_table(["A − B", "seeds", *[f"Δ {names[k] if k in names else k} ± se" for k in keys],
+                                   f"Δ {names[key0]} per seed", "seed sd"], pair_rows))
+    png = plot_runs(env_name, runs, (png_dir or results_dir) / f"{env_name}.png")
+    parts.append(f"![held-out metrics against step]({os.path.relpath(png, LEARNING_DOC.parent)})")
+    if replay is not None:
+        rpng = plot_replay(replay, (png_dir or results_dir) / f"{env_name}_replay.png")
+        parts.append(f"Where the credits differ, on the same rollouts (`{replay['source']}`: {replay['groups']} groups, "
+                     f"{replay['rollouts']} rollouts, scored by every scheme with `toolgym replay`'s scorer): mean "
+                     "advantage per turn type (share of positive / negative cells).\n\n" + replay_table(replay)
+                     + "\n\nGroups with non-zero credit in these rollouts, per term: "
+                     + "; ".join(f"`{n}` " + ", ".join(f"{t} {v:.2f}" for t, v in sc["nonzero_group_share"].items()
+                                                       if t != "monitors")
+                                 for n, sc in replay["schemes"].items())
+                     + f".\n\n![credit per turn type]({os.path.relpath(rpng, LEARNING_DOC.parent)})")
+    return "\n\n".join(parts)
+
+
+def load_replay(env_name: str, results_dir: Path, schemes: Sequence[str]) -> dict[str, Any] | None:
+    """Credit per turn type of the env's committed rollouts (``<env>/replay_rollouts.jsonl``), if there are any."""
+    from toolgym.data.records import read_rollouts
+
+    path = results_dir / env_name / "replay_rollouts.jsonl"
+    if not path.exists():
+        return None
+    got = credit_by_turn_type(read_rollouts(path), schemes)
+    got["source"] = str(path.relative_to(RESULTS.parent.parent)) if path.is_relative_to(RESULTS.parent.parent) else str(path)
+    return got
+
+
+def write_doc_section(body: str, doc: Path = LEARNING_DOC) -> None:
+    """Replace the ``credit_schemes_runs`` block of docs/learning.md (appended when absent)."""
+    import re
+
+    section = (f"<!-- {SECTION}:start -->\n_Written by `python benchmarks/credit_schemes.py --report` from the run files "
+               f"alone._\n\n{body.strip()}\n<!-- {SECTION}:end -->")
+    text = doc.read_text()
+    pattern = re.compile(rf"<!-- {SECTION}:start -->.*?<!-- {SECTION}:end -->", re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
+    doc.write_text(text)
+
+
+def report(results_dir: Path | None = None, write: bool = True, png_dir: Path | None = None) -> str:
+    """Tables, pairwise differences, replay credit and figures from the committed run files alone
+    (``write=False``: the markdown only, figures under ``png_dir``, docs and summary left alone)."""
+    results_dir = results_dir or RUN_FILES
+    envs = load_run_files(results_dir)
+    if not envs:
+        raise SystemExit(f"no run files under {results_dir}")
+    bodies = []
+    summary = {}
+    for env_name, runs in envs.items():
+        replay_schemes = [s for s in REPLAY_SCHEMES] if env_name in TOOLSEARCH_ENVS else sorted({r["scheme"] for r in runs})
+        replay = load_replay(env_name, results_dir, replay_schemes)
+        bodies.append(env_report(env_name, runs, replay, results_dir, png_dir))
+        keys = list(metric_names(env_name))
+        summary[env_name] = {"pairwise": pairwise(by_scheme(runs), keys[:2] if env_name in TOOLSEARCH_ENVS else keys[:1]),
+                             "replay": replay, "runs": [r["_file"] for r in runs]}
+    body = "\n\n".join(bodies)
+    if write:
+        (results_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        write_doc_section(body)
+    return body
+
+
 def run_shards(jobs: int, argv: list[str], out: Path) -> None:
     """Train the runs in ``jobs`` processes (``--shard k/jobs``) of cpus/jobs threads each; logs in ``out``."""
     threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -198,7 +709,16 @@ def run_shards(jobs: int, argv: list[str], out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--warm-start", required=True, help="warm-start model folder (`toolgym sft` RUN_DIR/model)")
+    ap.add_argument("--warm-start", default=None, help="warm-start model folder (`toolgym sft` RUN_DIR/model)")
+    ap.add_argument("--report", action="store_true",
+                    help="only rebuild the tables and figures (docs/learning.md) from the committed run files")
+    ap.add_argument("--results-dir", default=None,
+                    help=f"folder of the per-run files (default {RUN_FILES.relative_to(RESULTS.parent.parent)})")
+    ap.add_argument("--toolsearch-env", default="toolsearch", choices=TOOLSEARCH_ENVS,
+                    help="toolsearch: every Seal-Tools task; toolsearch_multi: those with >= 2 gold tools")
+    ap.add_argument("--replay-from", default=None, metavar="RUN_DIR",
+                    help="copy this run's logged training rollouts (without messages) to <results>/<env>/"
+                         "replay_rollouts.jsonl for the per-turn-type credit table, then report")
     ap.add_argument("--steps", type=int, default=6, help="GRPO steps per run (the same budget for every scheme)")
     ap.add_argument("--eval-every", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
@@ -218,6 +738,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--no-report", action="store_true", help="print only; leave benchmarks/results and docs alone")
     args = ap.parse_args(argv)
+    results_dir = Path(args.results_dir) if args.results_dir else RUN_FILES
+    if args.replay_from:
+        src = sorted((Path(args.replay_from) / "rollouts").glob("step_*.jsonl"))
+        if not src:
+            ap.error(f"{args.replay_from}/rollouts holds no step_*.jsonl (train with train.save_rollouts=true)")
+        strip_rollouts(src, results_dir / args.toolsearch_env / "replay_rollouts.jsonl")
+        args.report = True
+    if args.report:
+        print(report(results_dir, write=not args.no_report, png_dir=Path(args.out) if args.no_report else None))
+        return 0
+    if args.warm_start is None:
+        ap.error("--warm-start is required (except with --report)")
     if args.steps < 1 or args.eval_every < 1 or args.jobs < 1:
         ap.error("--steps, --eval-every and --jobs must be >= 1")
     shard = None
@@ -234,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
 
     known = set(reward_names()) | set(scheme_names())
     wanted = {env: schemes for env, schemes in
-              {"toolsearch": args.toolsearch_schemes, "decompose": args.decompose_schemes}.items() if schemes}
+              {args.toolsearch_env: args.toolsearch_schemes, "decompose": args.decompose_schemes}.items() if schemes}
     missing = sorted({s for v in wanted.values() for s in v} - known)
     if missing:
         ap.error(f"unknown reward scheme(s) {missing} on this branch; known: {sorted(known)}")
@@ -242,6 +774,11 @@ def main(argv: list[str] | None = None) -> int:
     plan = [(env, s, seed) for env, schemes in wanted.items() for s in schemes for seed in args.seeds]
     warms = {env: evaluate(args.warm_start, env, args.eval_tasks, Path(args.out) / env / "eval_warm.json",
                            args.eval_batch) for env in wanted}
+    fingerprint = weights_fingerprint(args.warm_start)
+    for env, warm in warms.items():
+        warm["fingerprint"] = fingerprint
+        warm["task_set"] = task_set_stats(env)
+    args.results_dir = str(results_dir)
     if shard is not None:
         for i, (env, scheme, seed) in enumerate(plan):
             if i % shard[1] == shard[0]:
@@ -249,25 +786,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.jobs > 1:
         run_shards(args.jobs, argv, Path(args.out))
-    runs = [run_scheme(env, scheme, seed, args, warms[env]) for env, scheme, seed in plan]  # all cached after shards
-    from datetime import datetime, timezone
-
-    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    fresh = {env: {"settings": env_settings(env, args), "date": date, "runs": [r for r in runs if r["env"] == env]}
-             for env in wanted}
-    for env, entry in fresh.items():
-        plot(entry["settings"]["env_id"], entry["runs"],
-             (Path(args.out) if args.no_report else RESULTS) / f"credit_schemes_{env}.png")
-    if args.no_report:
-        print(report_body(fresh))
-        return 0
-    envs = {**previous_results(), **fresh}
-    body = report_body(envs)
-    write_report("credit_schemes", {"envs": envs}, "Credit schemes: held-out reward against step from one warm start",
-                 body)
-    print(body)
+    for env, scheme, seed in plan:  # all cached after shards
+        run_scheme(env, scheme, seed, args, warms[env])
+    print(report(results_dir, write=not args.no_report, png_dir=Path(args.out) if args.no_report else None))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

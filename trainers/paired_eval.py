@@ -23,7 +23,7 @@ def evaluate_per_task(policy: Any, env_id: str, env_kwargs: dict[str, Any], num_
 
     A view of :func:`toolgym.trainers.evaluate.evaluate` (the one evaluator) in row form: rows
     hold ``task_id``, ``reward`` (the env return), ``invalid_rate``, ``search_turns``,
-    ``submitted``; tool-search rows add ``f1``; decomposition rows add ``ndcg5``, ``c10`` of the
+    ``submitted``; tool-search rows add ``f1``, ``srecall`` and ``match``; decomposition rows add ``ndcg5``, ``c10`` of the
     fused subtask retrieval and ``subtasks`` (their number).
     """
     saved = policy.sampling
@@ -37,7 +37,7 @@ def evaluate_per_task(policy: Any, env_id: str, env_kwargs: dict[str, Any], num_
     finally:
         policy.sampling = saved
     names = {"reward": "reward", "invalid": "invalid_rate", "search_turns": "search_turns", "submitted": "submitted",
-             "N@5": "ndcg5", "C@10": "c10", "subtasks": "subtasks"}
+             "N@5": "ndcg5", "C@10": "c10", "subtasks": "subtasks", "SRecall": "srecall", "Match": "match"}
     rows: list[dict[str, Any]] = []
     for task in tasks:
         m = result["per_task"][task.id]

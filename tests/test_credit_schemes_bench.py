@@ -1,0 +1,170 @@
+"""benchmarks/credit_schemes.py, the per-run files: pairwise math, resume, fingerprints, turn types, report."""
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import credit_schemes as cs  # noqa: E402
+from toolgym.data.records import SearchEvent, Task, Trajectory  # noqa: E402
+
+FP = "sha256:" + "a" * 64
+
+
+def _rows(f1s, srecall=None):
+    return [{"task_id": f"t{i}", "f1": f, "srecall": (srecall or f1s)[i], "match": 0.0, "invalid_rate": 0.0,
+             "search_turns": 1.0} for i, f in enumerate(f1s)]
+
+
+def _mean(rows):
+    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k != "task_id"}
+
+
+def _run_file(scheme, seed, warm, final, fingerprint=FP, settings=None):
+    warm_rows, final_rows = _rows(warm), _rows(final)
+    return {"format": 2, "env": "toolsearch_multi", "env_id": "toolgym/ToolSearch-v0", "scheme": scheme, "seed": seed,
+            "settings": {**(settings or {"warm_start": "W", "steps": 3, "eval_every": 3, "eval_tasks": 3,
+                                         "tasks_per_step": 4, "group_size": 8, "overrides": []}),
+                         "scheme": scheme, "seed": seed},
+            "warm_start_fingerprint": fingerprint, "task_set": None,
+            "warm": {"mean": _mean(warm_rows), "rows": warm_rows},
+            "points": [{"step": 0, "mean": _mean(warm_rows), "rows": warm_rows},
+                       {"step": 3, "mean": _mean(final_rows), "rows": final_rows}],
+            "train": [{"step": 0, "reward/esm/zero_var": 1.0}, {"step": 1, "reward/esm/zero_var": 0.0}],
+            "credit_nonzero_share": {"esm": 0.5}}
+
+
+def test_pairwise_difference_pools_seeds_per_task_and_keeps_the_seed_spread_apart():
+    # A seeds 0, 1 over 3 tasks: [1, .5, 0], [0, .5, 1] -> per-task mean [.5, .5, .5]
+    # B seeds 0, 1:            [0, 0, 0],  [0, .5, .5] -> per-task mean [0, .25, .25]
+    # d = [.5, .25, .25]: mean 1/3, sd = sqrt(((1/6)^2 + 2 (1/12)^2) / 2) = sqrt(1/48), se = sd / sqrt(3) = 1/12
+    # per seed: A−B = .5 − 0 = .5 and .5 − 1/3 = 1/6; their sd = (1/3) / sqrt(2)
+    got = cs.paired_difference_over_seeds({0: [1, .5, 0], 1: [0, .5, 1]}, {0: [0, 0, 0], 1: [0, .5, .5], 2: [1, 1, 1]})
+    assert got["seeds"] == [0, 1]  # seed 2 only B ran: left out
+    assert got["diff"] == pytest.approx(1 / 3) and got["se"] == pytest.approx(1 / 12)
+    assert got["per_seed"] == pytest.approx([0.5, 1 / 6]) and got["seed_sd"] == pytest.approx((1 / 3) / math.sqrt(2))
+    assert got["exceeds_2se"]  # 1/3 > 2/12
+    with pytest.raises(ValueError, match="no seed in common"):
+        cs.paired_difference_over_seeds({0: [1.0]}, {1: [1.0]})
+
+
+def test_pairwise_lists_each_scheme_against_the_warm_start_then_every_pair():
+    runs = {"toolsearcher": [_run_file("toolsearcher", 0, [0, 0, 0], [1, 0, 0])],
+            "grpo_f1": [_run_file("grpo_f1", 0, [0, 0, 0], [0, 0, 0])]}
+    got = cs.pairwise(runs, ["f1"])
+    assert [(p["a"], p["b"]) for p in got] == [("toolsearcher", "warm start"), ("grpo_f1", "warm start"),
+                                               ("toolsearcher", "grpo_f1")]
+    assert got[0]["f1"]["diff"] == pytest.approx(1 / 3) and got[2]["f1"]["diff"] == pytest.approx(1 / 3)
+    runs["grpo_f1"][0]["points"][-1]["rows"] = runs["grpo_f1"][0]["points"][-1]["rows"][::-1]
+    with pytest.raises(ValueError, match="other tasks"):
+        cs.pairwise(runs, ["f1"])
+
+
+def test_tasks_needed_for_2se_scales_as_the_squared_ratio():
+    assert cs.tasks_for_2se(0.05, 0.05, 40) == 160  # se must halve: 4x the tasks
+    assert cs.tasks_for_2se(0.0, 0.05, 40) is None
+
+
+def _args(tmp_path, **kw):
+    base = dict(warm_start="W", steps=3, eval_every=3, eval_tasks=3, eval_batch=20, tasks_per_step=4, group_size=8,
+                overrides=[], out=str(tmp_path / "runs"), no_progress=True, results_dir=str(tmp_path / "results"))
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_a_committed_run_file_is_resumed_without_training_and_another_warm_start_is_refused(tmp_path):
+    args = _args(tmp_path)
+    settings = {**cs.env_settings("toolsearch_multi", args), "scheme": "grpo_f1", "seed": 1}
+    path = cs.run_file("toolsearch_multi", "grpo_f1", 1, Path(args.results_dir))
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**_run_file("grpo_f1", 1, [0], [1]), "settings": settings, "marker": "committed"}))
+    # a fresh machine: no run dir at all, only the committed file
+    got = cs.run_scheme("toolsearch_multi", "grpo_f1", 1, args, warm={"fingerprint": FP})
+    assert got["marker"] == "committed" and not (tmp_path / "runs").exists()
+    with pytest.raises(SystemExit, match="another warm start"):
+        cs.run_scheme("toolsearch_multi", "grpo_f1", 1, args, warm={"fingerprint": "sha256:" + "b" * 64})
+    with pytest.raises(SystemExit, match=r"other settings \(differs in \['steps'\]\)"):
+        cs.run_scheme("toolsearch_multi", "grpo_f1", 1, _args(tmp_path, steps=4), warm={"fingerprint": FP})
+
+
+def test_report_refuses_to_pool_run_files_of_two_warm_starts(tmp_path):
+    (tmp_path / "toolsearch_multi").mkdir()
+    for scheme, fp in (("toolsearcher", FP), ("grpo_f1", "sha256:" + "b" * 64)):
+        (tmp_path / "toolsearch_multi" / f"{scheme}_seed0.json").write_text(json.dumps(_run_file(scheme, 0, [0], [1], fp)))
+    with pytest.raises(SystemExit, match="2 warm starts"):
+        cs.load_run_files(tmp_path)
+
+
+def test_the_fingerprint_hashes_tensors_not_the_file(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    a, b = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3), torch.ones(4)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    (tmp_path / "three").mkdir()
+    save_file({"a": a, "b": b}, tmp_path / "one" / "model.safetensors", metadata={"format": "pt"})
+    save_file({"b": b, "a": a}, tmp_path / "two" / "model.safetensors")  # other order, no metadata
+    save_file({"a": a, "b": b + 1}, tmp_path / "three" / "model.safetensors")
+    one = cs.weights_fingerprint(tmp_path / "one")
+    assert one.startswith("sha256:") and len(one) == 7 + 64
+    assert cs.weights_fingerprint(tmp_path / "two") == one
+    assert cs.weights_fingerprint(tmp_path / "three") != one
+    with pytest.raises(FileNotFoundError):
+        cs.weights_fingerprint(tmp_path)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "model.safetensors").write_bytes((2 ** 40).to_bytes(8, "little"))
+    with pytest.raises(ValueError, match="header"):
+        cs.weights_fingerprint(tmp_path / "bad")
+
+
+def _traj(events, turns, submit=None, terminated="submit"):
+    return Trajectory(task_id="t", events=[SearchEvent(turn=t, query=q, category=None, results=r) for t, q, r in events],
+                      selection=submit, terminated_by=terminated, num_turns=turns)
+
+
+def test_turn_types():
+    gold = frozenset({"g1", "g2"})
+    t = _traj([(0, "send fax", ["x", "g1"]), (1, "Send  FAX", ["g1"]), (2, "weather", ["y"]),
+               (3, "ship", ["g1", "z"]), (5, "order", ["g2"])], 7, ["g1", "g2"])
+    # turn 4: no event and not the last turn -> rejected; turn 6: the submit, every gold seen by then
+    assert cs.classify_turns(t, gold) == ["first_discovery", "repeated_search", "search_nothing", "repeated_search",
+                                          "rejected", "first_discovery", "submit_all_gold_seen"]
+    assert cs.classify_turns(_traj([(0, "fax", ["g1"])], 2, ["g1"]), gold) == ["first_discovery", "submit_gold_missing"]
+    # ran out of turns: the last turn is not a submit
+    assert cs.classify_turns(_traj([(0, "fax", ["g1"])], 2, None, "max_turns"), gold) == ["first_discovery", "rejected"]
+
+
+def test_credit_by_turn_type_scores_the_same_rollouts_under_each_scheme():
+    task = Task(id="t", query="q", gold=frozenset({"g1"}))
+    good = _traj([(0, "fax", ["g1"])], 2, ["g1"])  # finds and submits the gold: F1 1
+    bad = _traj([(0, "weather", ["y"])], 2, ["y"])  # finds nothing, submits a wrong tool: F1 0
+    got = cs.credit_by_turn_type([(task, [good, bad])], ["grpo_f1", "esm_only"])
+    assert got["turns"]["first_discovery"] == 1 and got["turns"]["search_nothing"] == 1
+    f1 = got["schemes"]["grpo_f1"]["by_type"]
+    # outcome GRPO: the same signed advantage on every turn of a rollout
+    assert f1["first_discovery"]["mean"] > 0 and f1["submit_all_gold_seen"]["mean"] == f1["first_discovery"]["mean"]
+    assert f1["search_nothing"]["mean"] < 0 and f1["submit_gold_missing"]["negative"] == 1.0
+    esm = got["schemes"]["esm_only"]["by_type"]
+    assert esm["first_discovery"]["mean"] > 0 and esm["search_nothing"]["zero"] == 1.0  # ESM never pushes down
+
+
+def test_report_rebuilds_the_tables_from_the_files_alone(tmp_path):
+    (tmp_path / "toolsearch_multi").mkdir()
+    finals = {("toolsearcher", 0): [1, 1, 0], ("toolsearcher", 1): [1, 0, 0], ("grpo_f1", 0): [0, 0, 0],
+              ("grpo_f1", 1): [0, 1, 0]}
+    for (scheme, seed), final in finals.items():
+        (tmp_path / "toolsearch_multi" / f"{scheme}_seed{seed}.json").write_text(
+            json.dumps(_run_file(scheme, seed, [0, 0, 0], final)))
+    body = cs.report(tmp_path, write=False, png_dir=tmp_path)
+    row = next(line for line in body.splitlines() if line.startswith("| `toolsearcher` − `grpo_f1`"))
+    # per task: toolsearcher [1, .5, 0], grpo_f1 [0, .5, 0] -> d [1, 0, 0]: 1/3 ± (1/sqrt(3))/sqrt(3) = 1/3
+    assert "+0.333 ± 0.333" in row and "+0.667 / +0.000" in row
+    scheme_row = next(line for line in body.splitlines() if line.startswith("| `toolsearcher` | 0, 1"))
+    assert "0.000 → 0.500" in scheme_row and "esm 0.50" in scheme_row
+    assert (tmp_path / "toolsearch_multi.png").exists()
