@@ -384,7 +384,7 @@ def test_generate_cli_writes_readable_files(tmp_path, capsys):
     ("generator: {dialogues: {train: -2}}\n", [], "dialogues.train"),
     ("backend: {name: gpt}\n", [], "backend.name"),
     ("backend: {name: openai, model: m}\n", [], "base_url"),
-    ("colour: red\n", [], "unknown config section"),
+    ("colour: red\n", [], "unknown key colour"),
     ("generator: {}\n", ["generator.p0"], "key=value"),
     ("library: {dataset: seal_tools, corpus: x.jsonl}\n", [], "exactly one"),
 ])
@@ -403,11 +403,11 @@ def test_registered_envs_use_the_shipped_config():
     from omegaconf import OmegaConf
 
     from toolgym.envs.dialogue import DIALOGUE_CONFIG, DIALOGUE_LIBRARY
-    from toolgym.trainers.generate_cmd import load_config
+    from toolgym.trainers.generate_cmd import load_generate_config
 
-    shipped = load_config(CONFIGS / "generate_seal_tools.yaml")
-    assert shipped["library"] == {"dataset": DIALOGUE_LIBRARY}
-    assert GeneratorConfig.from_dict(shipped["generator"]) == GeneratorConfig.from_dict(DIALOGUE_CONFIG)
+    shipped = load_generate_config(CONFIGS / "generate_seal_tools.yaml")
+    assert shipped.library.dataset == DIALOGUE_LIBRARY and shipped.library.corpus is None
+    assert GeneratorConfig.from_dict(shipped.generator) == GeneratorConfig.from_dict(DIALOGUE_CONFIG)
     assert OmegaConf.load(CONFIGS / "generate_stabletoolbench_llm.yaml").backend.name == "hf"
 
 

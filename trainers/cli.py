@@ -37,7 +37,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("toolgym.trainers.sft", "supervised warm start on demonstration episodes from a YAML config"),
 }
 # Subcommands whose extra arguments are omegaconf key=value overrides.
-TAKES_OVERRIDES = ("train", "sft")
+TAKES_OVERRIDES = ("train", "sft", "generate", "fit-retriever", "fit-reranker", "fit-preference")
 # Library modules whose exceptions describe bad input (config syntax, env ids), not toolgym bugs.
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C
 RESUMABLE = frozenset({"train", "sft"})  # commands whose run folder a --resume continues
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         args, extra = parser.parse_known_args(argv)
-        args.overrides = extra  # key=value config overrides for `train` and `sft`
+        args.overrides = extra  # key=value config overrides of the commands that take a config
         if extra and chosen not in TAKES_OVERRIDES:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         module = importlib.import_module(SUBCOMMANDS[chosen][0])

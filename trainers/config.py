@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 __all__ = ["EnvConfig", "EvalConfig", "GRPOConfig", "ModelConfig", "RewardConfig", "SamplingConfig", "TrainConfig",
            "TrainLoopConfig", "config_dict", "config_yaml", "load_config", "load_train_config", "model_source",
-           "strict_dataclass", "to_plain", "validate"]
+           "strict_dataclass", "validate"]
 
 
 @dataclass
@@ -420,13 +420,6 @@ def config_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
-def to_plain(node: Any) -> Any:
-    """A plain dict/list copy of an omegaconf node (anything else passes through)."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-
-
 def _need(ok: bool, key: str, value: Any, rule: str) -> None:
     if not ok:
         raise ValueError(f"{key}={value!r}: {rule}")
@@ -484,7 +477,7 @@ def validate(cfg: Any, check_machine: bool = True) -> None:
     if g.lora:
         from toolgym.agents.hf_policy import lora_config
 
-        lora_config(to_plain(g.lora))  # unknown peft fields fail here, not after the model loaded
+        lora_config(dict(g.lora))  # unknown peft fields fail here, not after the model loaded
     if check_machine:
         model_source(cfg.model)
         check_device(cfg.model.device)

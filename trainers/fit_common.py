@@ -15,21 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from dataclasses import dataclass
+from typing import Optional, TypeVar
 
-
-def load_fit_config(path: str | Path, defaults: dict[str, Any], overrides: Sequence[str] = ()) -> DictConfig:
-    """YAML config merged over ``defaults`` plus ``key=value`` overrides; unknown keys are an error."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config {path} not found")
-    base = OmegaConf.create(defaults)
-    OmegaConf.set_struct(base, True)  # a misspelt key fails loudly instead of being ignored
-    try:
-        cfg = OmegaConf.merge(base, OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
-    except Exception as exc:  # omegaconf raises several types for unknown keys / bad YAML
-        raise ValueError(f"{path}: {exc}") from None
-    return cfg
+T = TypeVar("T")
 
 
 class Budget:
@@ -181,23 +170,43 @@ def budgeted_schedule(optimizer: Any, planned_steps: int, warmup_ratio: float, b
     return LambdaLR(optimizer, BudgetedWarmupDecay(planned_steps, warmup_ratio, budget))
 
 
-DATA_DEFAULTS: dict[str, Any] = {
-    # Either a registered dataset and two of its splits (eval_split null: hold out
-    # heldout_fraction of train_split) ...
-    "dataset": "seal_tools",
-    "train_split": "train",
-    "eval_split": "heldout",
-    # ... or a corpus and tasks JSONL (Tool / Task records), held out by split_tasks.
-    "corpus_path": None,
-    "tasks_path": None,
-    "heldout_fraction": 0.2,
-    "train_limit": 0,  # 0 = every training task
-    "eval_limit": 0,
-}
+@dataclass
+class FitDataConfig:
+    """The data keys every ``toolgym fit-*`` config shares (top-level keys of its YAML).
+
+    Parameters:
+        dataset (`str`, defaults to `"seal_tools"`), train_split (`str`, defaults to `"train"`),
+        eval_split (`str` or `None`, defaults to `"heldout"`):
+            A registered dataset and two of its splits; ``eval_split: null`` holds out
+            ``heldout_fraction`` of ``train_split`` instead.
+        corpus_path (`str` or `None`), tasks_path (`str` or `None`), both defaulting to `None`:
+            Or a corpus and a tasks JSONL (Tool / Task records), held out by ``split_tasks``.
+        heldout_fraction (`float`, defaults to `0.2`):
+            Share of tasks held out when there is no eval split.
+        train_limit (`int`, defaults to `0`), eval_limit (`int`, defaults to `0`):
+            Use the first N training / held-out tasks; ``0`` = all.
+        output_dir (`str`, defaults to `"runs/fit"`), seed (`int`, defaults to `0`),
+        budget_minutes (`float`, defaults to `6.0`):
+            Run folder, seed of every draw, wall-clock budget of training (``<= 0``: none).
+        progress (`bool`, defaults to `True`): progress bars.
+    """
+
+    dataset: str = "seal_tools"
+    train_split: str = "train"
+    eval_split: Optional[str] = "heldout"
+    corpus_path: Optional[str] = None
+    tasks_path: Optional[str] = None
+    heldout_fraction: float = 0.2
+    train_limit: int = 0
+    eval_limit: int = 0
+    output_dir: str = "runs/fit"
+    seed: int = 0
+    budget_minutes: float = 6.0
+    progress: bool = True
 
 
 def load_train_eval(cfg: Any) -> tuple[Any, list[Any], list[Any]]:
-    """(corpus, training tasks, held-out tasks) from the data keys of ``cfg`` (:data:`DATA_DEFAULTS`).
+    """(corpus, training tasks, held-out tasks) from the data keys of ``cfg`` (:class:`FitDataConfig`).
 
     The two task lists never share an id or a query text (checked).
     """
@@ -232,19 +241,21 @@ def load_train_eval(cfg: Any) -> tuple[Any, list[Any], list[Any]]:
     return corpus, train, held
 
 
-def config_from_args(args: Any, defaults: dict[str, Any]) -> DictConfig:
-    cfg = load_fit_config(args.config, defaults, getattr(args, "set", None) or ())
+def config_from_args(args: Any, schema: type[T]) -> T:
+    """The command's config: ``schema`` <- YAML <- ``key=value`` overrides <- ``--output-dir`` / ``--budget-minutes``."""
+    from toolgym.trainers.config import load_config
+
+    overrides = list(getattr(args, "overrides", None) or [])
     if args.output_dir:
-        cfg.output_dir = args.output_dir
+        overrides.append(f"output_dir={args.output_dir}")
     if args.budget_minutes is not None:
-        cfg.budget_minutes = args.budget_minutes
-    return cfg
+        overrides.append(f"budget_minutes={args.budget_minutes}")
+    return load_config(schema, args.config, overrides)
 
 
 def add_config_arguments(parser: Any) -> None:
-    parser.add_argument("config", help="YAML config (see configs/fit_*.yaml)")
+    parser.add_argument("config", help="YAML config (see configs/fit_*.yaml); key=value pairs after it override it")
     parser.add_argument("--output-dir", default=None, help="run folder (overrides output_dir of the config)")
     parser.add_argument("--budget-minutes", type=float, default=None,
                         help="stop training after this many minutes (overrides budget_minutes; <= 0: no limit)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config key (repeatable), e.g. --set max_steps=20")
+    parser.add_argument("--print-config", action="store_true", help="print the merged config and exit")

@@ -16,18 +16,20 @@ corruption, before (untrained head) and after training. The model folder
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import warnings
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from toolgym.trainers.fit_common import (
-    DATA_DEFAULTS,
+    FitDataConfig,
     Budget,
     MetricsLog,
     optimizer_step,
@@ -39,23 +41,29 @@ from toolgym.trainers.fit_common import (
     set_seed,
 )
 
-DEFAULTS: dict[str, Any] = {
-    "model": "minilm",
-    **{**DATA_DEFAULTS, "dataset": "ultratool", "train_split": "train", "eval_split": None, "heldout_fraction": 0.2},
-    "corruptions": ["merged_intents", "dropped_intent", "duplicated_subtask", "unresolved_reference", "invented_task"],
-    "corruptions_per_task": 0,  # 0 = every applicable corruption
-    "output_dir": "runs/fit_preference",
-    "seed": 0,
-    "budget_minutes": 6.0,
-    "epochs": 1,
-    "max_steps": 0,
-    "batch_size": 16,  # pairs
-    "lr": 3.0e-5,
-    "warmup_ratio": 0.1,
-    "max_length": 256,
-    "eval_before": True,
-    "progress": True,
-}
+@dataclass
+class FitPreferenceConfig(FitDataConfig):
+    """Everything ``toolgym fit-preference`` reads (and the data keys of :class:`FitDataConfig`,
+    here defaulting to UltraTool's train split with 20 % held out).
+
+    ``corruptions``: the kinds of corrupted decomposition each task yields as a rejected answer;
+    ``corruptions_per_task`` (0 = every applicable one); ``batch_size`` counts pairs.
+    """
+
+    model: str = "minilm"
+    dataset: str = "ultratool"
+    eval_split: Optional[str] = None
+    corruptions: list[str] = field(default_factory=lambda: ["merged_intents", "dropped_intent", "duplicated_subtask",
+                                                            "unresolved_reference", "invented_task"])
+    corruptions_per_task: int = 0
+    output_dir: str = "runs/fit_preference"
+    epochs: int = 1
+    max_steps: int = 0
+    batch_size: int = 16
+    lr: float = 3.0e-5
+    warmup_ratio: float = 0.1
+    max_length: int = 256
+    eval_before: bool = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +101,6 @@ def _scorer_from(model: Any) -> Any:
 
 def fit_preference(cfg: Any) -> dict[str, Any]:
     import torch
-    from omegaconf import OmegaConf
     from sentence_transformers.cross_encoder.losses import RankNetLoss
     from tqdm.auto import tqdm
 
@@ -156,14 +163,20 @@ def fit_preference(cfg: Any) -> dict[str, Any]:
         summary["heldout"] = pairwise_accuracy(scorer, eval_pairs)
         log.write({"stage": "eval", "step": step, "heldout_accuracy": summary["heldout"]["accuracy"]})
     summary.update(model_dir=str(model_dir), steps=step, elapsed_s=budget.elapsed(),
-                   budget_minutes=float(cfg.budget_minutes), config=OmegaConf.to_container(cfg))
+                   budget_minutes=float(cfg.budget_minutes), config=dataclasses.asdict(cfg))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_fit_curves(log.path, out_dir / "curves.png", ["loss", "heldout_accuracy"], "fit-preference (pairwise, eq. 20 form)")
     return summary
 
 
 def run(args: argparse.Namespace) -> int:
-    summary = fit_preference(config_from_args(args, DEFAULTS))
+    cfg = config_from_args(args, FitPreferenceConfig)
+    if args.print_config:
+        from toolgym.trainers.config import config_yaml
+
+        print(config_yaml(cfg))
+        return 0
+    summary = fit_preference(cfg)
     print(json.dumps({k: summary.get(k) for k in ("model_dir", "steps", "elapsed_s", "train_pairs", "heldout_before", "heldout")},
                      indent=2))
     return 0

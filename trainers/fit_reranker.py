@@ -24,15 +24,17 @@ wall-clock budget. After each stage the held-out tasks are reranked (the retriev
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from toolgym.trainers.fit_common import (
-    DATA_DEFAULTS,
+    FitDataConfig,
     Budget,
     MetricsLog,
     optimizer_step,
@@ -47,38 +49,43 @@ from toolgym.trainers.fit_retriever import mean_retrieval_metrics
 
 STAGES = ("pointwise", "listwise", "distilled")
 
-DEFAULTS: dict[str, Any] = {
-    "model": "minilm",  # MiniLM body + fresh seeded head, or a CrossEncoder folder to continue from
-    **DATA_DEFAULTS,
-    "retriever": "bm25",  # first stage that proposes candidates: bm25 | dense | hybrid
-    "retriever_model": None,  # encoder for dense / hybrid (e.g. a fit-retriever output)
-    "candidates": 20,  # depth of the first-stage list, for training pools and evaluation
-    "output_dir": "runs/fit_reranker",
-    "seed": 0,
-    "budget_minutes": 6.0,
-    "stages": list(STAGES),
-    "stage_budget_shares": [0.35, 0.35, 0.30],
-    "max_length": 128,
-    "lr": 2.0e-5,
-    "warmup_ratio": 0.1,
-    "epochs": 1,  # per stage (and per distillation round)
-    "max_steps": 0,  # per stage; 0 = no limit
-    "point_batch_size": 32,  # pairs
-    "point_random_negatives": 2,
-    "point_retrieved_negatives": 3,
-    "list_size": 8,
-    "list_batch_size": 4,  # lists
-    "list_target_scale": 10.0,
-    "distill_rounds": 1,
-    "distill_hard_negatives": 4,
-    "distill_batch_size": 4,
-    # Training queries the teacher scores per round (0 = all): scoring is |queries| x candidates
-    # cross-encoder passes, so a CPU run mines a seeded sample.
-    "distill_queries": 128,
-    "eval_ks": [1, 5, 10],
-    "eval_each_stage": True,
-    "progress": True,
-}
+@dataclass
+class FitRerankerConfig(FitDataConfig):
+    """Everything ``toolgym fit-reranker`` reads (and the data keys of :class:`FitDataConfig`).
+
+    ``model``: the MiniLM body with a fresh seeded head (``minilm``) or a CrossEncoder folder to
+    continue from; ``retriever`` (``bm25`` | ``dense`` | ``hybrid``, with ``retriever_model`` for the
+    encoder) proposes ``candidates`` per query, for training pools and evaluation; ``stages`` run in
+    order with ``stage_budget_shares`` of the budget; ``epochs`` / ``max_steps`` (0 = no limit) are
+    per stage (and per distillation round); ``distill_queries``: training queries the teacher
+    scores per round (0 = all; scoring is |queries| x candidates cross-encoder passes, so a CPU
+    run mines a seeded sample).
+    """
+
+    model: str = "minilm"
+    retriever: str = "bm25"
+    retriever_model: Optional[str] = None
+    candidates: int = 20
+    output_dir: str = "runs/fit_reranker"
+    stages: list[str] = field(default_factory=lambda: list(STAGES))
+    stage_budget_shares: list[float] = field(default_factory=lambda: [0.35, 0.35, 0.30])
+    max_length: int = 128
+    lr: float = 2.0e-5
+    warmup_ratio: float = 0.1
+    epochs: int = 1
+    max_steps: int = 0
+    point_batch_size: int = 32
+    point_random_negatives: int = 2
+    point_retrieved_negatives: int = 3
+    list_size: int = 8
+    list_batch_size: int = 4
+    list_target_scale: float = 10.0
+    distill_rounds: int = 1
+    distill_hard_negatives: int = 4
+    distill_batch_size: int = 4
+    distill_queries: int = 128
+    eval_ks: list[int] = field(default_factory=lambda: [1, 5, 10])
+    eval_each_stage: bool = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -182,7 +189,6 @@ def rerank_heldout(reranker: Any, index: Any, tasks: Sequence[Any], depth: int, 
 
 def fit_reranker(cfg: Any) -> dict[str, Any]:
     """Run the configured stages; returns the summary (also written to ``summary.json``)."""
-    from omegaconf import OmegaConf
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, ListNetLoss, RankNetLoss
 
     from toolgym.retrieval import build_index
@@ -268,14 +274,20 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
         summary["stages"][stage] = info
     summary.update(steps=step, elapsed_s=budget.elapsed(), budget_minutes=float(cfg.budget_minutes),
                    model_dir=summary["stages"][stages[-1]]["model_dir"] if stages else None,
-                   config=OmegaConf.to_container(cfg))
+                   config=dataclasses.asdict(cfg))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_fit_curves(log.path, out_dir / "curves.png", ["loss", "lr"], "fit-reranker (eq. 16 -> 19 -> 20)")
     return summary
 
 
 def run(args: argparse.Namespace) -> int:
-    summary = fit_reranker(config_from_args(args, DEFAULTS))
+    cfg = config_from_args(args, FitRerankerConfig)
+    if args.print_config:
+        from toolgym.trainers.config import config_yaml
+
+        print(config_yaml(cfg))
+        return 0
+    summary = fit_reranker(cfg)
     short = {s: v.get("heldout") for s, v in summary["stages"].items()}
     print(json.dumps({"model_dir": summary["model_dir"], "steps": summary["steps"], "elapsed_s": summary["elapsed_s"],
                       "retriever_heldout": summary.get("retriever_heldout"), "heldout_by_stage": short}, indent=2))

@@ -15,16 +15,18 @@ Writes ``metrics.jsonl`` (loss per step, held-out N@k / C@k at the end), ``curve
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from toolgym.trainers.fit_common import (
-    DATA_DEFAULTS,
+    FitDataConfig,
     Budget,
     MetricsLog,
     optimizer_step,
@@ -36,27 +38,30 @@ from toolgym.trainers.fit_common import (
     set_seed,
 )
 
-DEFAULTS: dict[str, Any] = {
-    "model": "minilm",  # packaged all-MiniLM-L6-v2, or a sentence-transformers folder
-    **DATA_DEFAULTS,
-    "output_dir": "runs/fit_retriever",
-    "seed": 0,
-    "budget_minutes": 6.0,  # wall clock of training + later mining rounds; <= 0 = no limit
-    "epochs": 1,  # per round
-    "max_steps": 0,  # per round; 0 = no limit
-    "batch_size": 32,
-    "lr": 3.0e-5,
-    "warmup_ratio": 0.1,
-    "max_length": 128,
-    "scale": 20.0,  # 1/τ of eq. 13
-    "negatives_per_query": 1,
-    # Negatives of round 0: "random" (Algorithm 1, line 2) or "model" = mined by the starting
-    # model through a dense ToolIndex (its corpus embeddings are cached, so this is cheap on reruns).
-    "first_negatives": "random",
-    "hard_negative_rounds": 1,  # R of Algorithm 1: rounds mined by the model being trained
-    "eval_ks": [1, 5, 10],
-    "progress": True,
-}
+@dataclass
+class FitRetrieverConfig(FitDataConfig):
+    """Everything ``toolgym fit-retriever`` reads (and the data keys of :class:`FitDataConfig`).
+
+    ``model``: the packaged all-MiniLM-L6-v2 (``minilm``) or a sentence-transformers folder.
+    ``epochs`` / ``max_steps`` (0 = no limit) are per round; ``scale`` is 1/τ of eq. 13;
+    ``first_negatives``: negatives of round 0, ``random`` (Algorithm 1, line 2) or ``model`` = mined
+    by the starting model through a dense ToolIndex (its corpus embeddings are cached);
+    ``hard_negative_rounds``: R of Algorithm 1, rounds mined by the model being trained.
+    """
+
+    model: str = "minilm"
+    output_dir: str = "runs/fit_retriever"
+    epochs: int = 1
+    max_steps: int = 0
+    batch_size: int = 32
+    lr: float = 3.0e-5
+    warmup_ratio: float = 0.1
+    max_length: int = 128
+    scale: float = 20.0
+    negatives_per_query: int = 1
+    first_negatives: str = "random"
+    hard_negative_rounds: int = 1
+    eval_ks: list[int] = field(default_factory=lambda: [1, 5, 10])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -147,7 +152,6 @@ def train_round(model: Any, triples: list[Any], cfg: Any, budget: Budget, log: M
 def fit_retriever(cfg: Any) -> dict[str, Any]:
     """Run Algorithm 1 with eq. 13 for the bi-encoder; returns the summary (also written to disk)."""
     import torch
-    from omegaconf import OmegaConf
     from sentence_transformers import SentenceTransformer
 
     from toolgym.retrieval import build_index
@@ -199,7 +203,7 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
         "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "elapsed_s": clock.elapsed(),
         "training_s": budget.elapsed(),
         "budget_minutes": float(cfg.budget_minutes), "heldout": heldout,
-        "config": OmegaConf.to_container(cfg),
+        "config": dataclasses.asdict(cfg),
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_fit_curves(log.path, out_dir / "curves.png", ["loss", "lr"], "fit-retriever (eq. 13, InfoNCE)")
@@ -207,6 +211,12 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    summary = fit_retriever(config_from_args(args, DEFAULTS))
+    cfg = config_from_args(args, FitRetrieverConfig)
+    if args.print_config:
+        from toolgym.trainers.config import config_yaml
+
+        print(config_yaml(cfg))
+        return 0
+    summary = fit_retriever(cfg)
     print(json.dumps({k: summary[k] for k in ("model_dir", "steps", "elapsed_s", "heldout")}, indent=2))
     return 0

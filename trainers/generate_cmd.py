@@ -1,89 +1,118 @@
 """``toolgym generate CONFIG [key=value ...]``: MagicSelector-style multi-turn dialogues.
 
-Reads an omegaconf YAML (``configs/generate_*.yaml``) with sections ``out_dir``, ``library``
-(``{dataset: NAME}`` or ``{corpus: PATH}``), ``backend`` (``{name: templates}``, ``{name: hf,
-model: ...}`` or ``{name: openai, base_url: ..., model: ...}``) and ``generator`` (the fields of
-:class:`toolgym.data.dialogue_generator.GeneratorConfig`). Writes ``corpus.jsonl``,
+Reads a YAML config (``configs/generate_*.yaml``, schema :class:`GenerateConfig`) with sections
+``out_dir``, ``library`` (``{dataset: NAME}`` or ``{corpus: PATH}``), ``backend`` (``{name:
+templates}``, ``{name: hf, model: ...}`` or ``{name: openai, base_url: ..., model: ...}``) and
+``generator`` (the fields of :class:`toolgym.data.dialogue_generator.GeneratorConfig`). Writes ``corpus.jsonl``,
 ``tasks.jsonl``, ``traces.jsonl`` and ``stats.json`` to ``out_dir`` and prints the statistics.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
-DEFAULTS: dict[str, Any] = {
-    "out_dir": "runs/generated",
-    "library": {"dataset": "seal_tools"},
-    "backend": {"name": "templates"},
-    "generator": {},
-}
-BACKENDS = {
-    "templates": set(),
-    "hf": {"model", "dtype", "device", "max_new_tokens", "temperature", "top_p"},
-    "openai": {"base_url", "model", "api_key", "temperature", "max_tokens", "timeout_s"},
-}
+from toolgym.data.dialogue_generator import GeneratorConfig
+from toolgym.trainers.config import config_yaml, load_config
+
+BACKENDS = ("templates", "hf", "openai")
+
+
+@dataclass
+class LibraryConfig:
+    """The tools dialogues are written over: at most one of ``dataset`` (any ``toolgym.data``
+    dataset; neither: ``seal_tools``) or ``corpus`` (a JSONL of Tool records, named ``name``)."""
+
+    dataset: Optional[str] = None
+    corpus: Optional[str] = None
+    name: Optional[str] = None
+
+
+@dataclass
+class BackendConfig:
+    """Who writes the utterances.
+
+    Parameters:
+        name (`str`, defaults to `"templates"`):
+            ``templates`` (no model), ``hf`` (a local chat model: ``model``, ``dtype``, ``device``,
+            ``max_new_tokens``, ``temperature``, ``top_p``) or ``openai`` (a served model:
+            ``base_url``, ``model``, ``api_key``, ``temperature``, ``max_tokens``, ``timeout_s``).
+    """
+
+    name: str = "templates"
+    model: Optional[str] = None
+    dtype: Optional[str] = None
+    device: Optional[str] = None
+    max_new_tokens: int = 96
+    temperature: float = 0.7
+    top_p: float = 1.0
+    base_url: Optional[str] = None
+    api_key: Optional[str] = None
+    max_tokens: int = 128
+    timeout_s: float = 60.0
+
+
+@dataclass
+class GenerateConfig:
+    """Everything ``toolgym generate`` reads; ``--print-config`` shows it merged. ``generator``
+    holds fields of :class:`toolgym.data.dialogue_generator.GeneratorConfig` (checked by its
+    ``from_dict``); kept a plain mapping so a dict-valued field given (``dialogues: {train: 8}``)
+    replaces that field's default whole instead of being merged into it."""
+
+    out_dir: str = "runs/generated"
+    library: LibraryConfig = field(default_factory=LibraryConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    generator: dict[str, Any] = field(default_factory=dict)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="YAML config (configs/generate_seal_tools.yaml)")
-    parser.add_argument("settings", nargs="*", metavar="KEY=VALUE",
-                        help="overrides in omegaconf dot-list form, e.g. generator.seed=3 out_dir=/tmp/dlg")
+    parser.add_argument("config", help="YAML config (configs/generate_seal_tools.yaml); key=value pairs after it "
+                                       "override it, e.g. generator.seed=3 out_dir=/tmp/dlg")
     parser.add_argument("--print-config", action="store_true", help="print the merged config and exit")
 
 
-def load_config(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """DEFAULTS <- YAML file <- ``key=value`` overrides, as plain containers; unknown sections are an error."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+def load_generate_config(path: str | Path | None, overrides: Sequence[str] = ()) -> GenerateConfig:
+    """``GenerateConfig`` <- YAML file <- ``key=value`` overrides, checked (one line naming a bad value)."""
+    return load_config(GenerateConfig, path, overrides, check=_check_generate)
 
-    if not Path(path).exists():
-        raise FileNotFoundError(f"config file not found: {path}")
-    bad = [o for o in overrides if "=" not in o or o.startswith("-")]
-    if bad:
-        raise ValueError(f"overrides must look like key=value, got {bad}")
-    try:
-        cfg = OmegaConf.merge(OmegaConf.create(DEFAULTS), OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
-        plain = OmegaConf.to_container(cfg, resolve=True)
-    except OmegaConfBaseException as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    unknown = sorted(set(plain) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"unknown config section(s) {unknown}; known: {sorted(DEFAULTS)}")
-    backend = dict(plain["backend"] or {})
-    name = backend.get("name")
-    if name not in BACKENDS:
-        raise ValueError(f"backend.name must be one of {sorted(BACKENDS)}, got {name!r}")
-    extra = sorted(set(backend) - {"name"} - BACKENDS[name])
-    if extra:
-        raise ValueError(f"unknown backend key(s) for {name!r}: {extra}; known: {sorted(BACKENDS[name])}")
-    if name != "templates" and not backend.get("model"):
-        raise ValueError(f"backend {name!r} needs a 'model'")
-    if name == "openai" and not backend.get("base_url"):
+
+def _check_generate(cfg: GenerateConfig) -> None:
+    GeneratorConfig.from_dict(cfg.generator)
+    b, lib = cfg.backend, cfg.library
+    if b.name not in BACKENDS:
+        raise ValueError(f"backend.name must be one of {list(BACKENDS)}, got {b.name!r}")
+    if b.name != "templates" and not b.model:
+        raise ValueError(f"backend {b.name!r} needs a 'model'")
+    if b.name == "openai" and not b.base_url:
         raise ValueError("backend 'openai' needs a 'base_url'")
-    return plain
+    if lib.dataset is not None and lib.corpus is not None:
+        raise ValueError(f"library must give exactly one of 'dataset' or 'corpus', got {library_spec(lib)!r}")
 
 
-def build_writer_policy(backend: dict[str, Any]) -> Any:
+def library_spec(lib: LibraryConfig) -> dict[str, str]:
+    """The ``library`` section as :func:`~toolgym.data.dialogue_generator.tool_library` takes it
+    (neither ``dataset`` nor ``corpus``: Seal-Tools)."""
+    spec = {k: v for k, v in dataclasses.asdict(lib).items() if v is not None}
+    return spec if ("dataset" in spec or "corpus" in spec) else {"dataset": "seal_tools", **spec}
+
+
+def build_writer_policy(backend: BackendConfig) -> Any:
     """The chat policy of a non-template backend (imported here so templates never load torch)."""
-    name = backend["name"]
-    if name == "hf":
+    if backend.name == "hf":
         from toolgym.agents.hf_policy import HFChatPolicy
 
-        sampling = {"max_new_tokens": int(backend.get("max_new_tokens", 96)),
-                    "temperature": float(backend.get("temperature", 0.7)),
-                    "top_p": float(backend.get("top_p", 1.0)), "stop_strings": []}
-        return HFChatPolicy.from_pretrained(backend["model"], sampling=sampling, dtype=backend.get("dtype"),
-                                            device=backend.get("device"))
-    if name == "openai":
+        sampling = {"max_new_tokens": backend.max_new_tokens, "temperature": backend.temperature,
+                    "top_p": backend.top_p, "stop_strings": []}
+        return HFChatPolicy.from_pretrained(backend.model, sampling=sampling, dtype=backend.dtype, device=backend.device)
+    if backend.name == "openai":
         from toolgym.agents.openai_policy import OpenAICompatPolicy
 
-        return OpenAICompatPolicy(backend["base_url"], backend["model"], api_key=backend.get("api_key"),
-                                  temperature=float(backend.get("temperature", 0.7)),
-                                  max_tokens=int(backend.get("max_tokens", 128)), stop=(),
-                                  timeout_s=float(backend.get("timeout_s", 60.0)))
+        return OpenAICompatPolicy(backend.base_url, backend.model, api_key=backend.api_key,
+                                  temperature=backend.temperature, max_tokens=backend.max_tokens, stop=(),
+                                  timeout_s=backend.timeout_s)
     return None
 
 
@@ -103,25 +132,23 @@ def run(args: argparse.Namespace) -> int:
     from toolgym.data.dialogue_generator import (
         ChatPolicyWriter,
         DialogueGenerator,
-        GeneratorConfig,
         TemplateWriter,
         generation_stats,
         tool_library,
         write_generated,
     )
 
-    cfg = load_config(args.config, args.settings)
+    cfg = load_generate_config(args.config, getattr(args, "overrides", None) or [])  # bad values fail before loading
     if args.print_config:
-        print(json.dumps(cfg, indent=2))
+        print(config_yaml(cfg))
         return 0
-    config = GeneratorConfig.from_dict(cfg["generator"])  # bad values fail before any loading
-    corpus = tool_library(cfg["library"])
-    policy = build_writer_policy(cfg["backend"])
+    corpus = tool_library(library_spec(cfg.library))
+    policy = build_writer_policy(cfg.backend)
     writer = ChatPolicyWriter(policy) if policy is not None else TemplateWriter()
     start = time.perf_counter()
-    dialogues = DialogueGenerator(corpus, config, writer).generate()
+    dialogues = DialogueGenerator(corpus, GeneratorConfig.from_dict(cfg.generator), writer).generate()
     seconds = time.perf_counter() - start
-    paths = write_generated(cfg["out_dir"], corpus, dialogues)
+    paths = write_generated(cfg.out_dir, corpus, dialogues)
     print(f"corpus {corpus.name!r}: {len(corpus)} tools; backend {writer.name}")
     print_stats(generation_stats(dialogues), seconds)
     if isinstance(writer, ChatPolicyWriter):

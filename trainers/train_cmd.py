@@ -9,14 +9,14 @@ from __future__ import annotations
 import argparse
 import os
 
-from toolgym.trainers.config import config_yaml, load_train_config, to_plain
+from toolgym.trainers.config import config_yaml, load_train_config
 from toolgym.trainers.evaluate import (build_policy, env_tasks, evaluate_policy, format_eval_table, load_policy,
                                        make_envs, pick_device)
 from toolgym.trainers.train import task_order, tasks_for_step, train
 
 __all__ = ["add_arguments", "build_policy", "env_tasks", "evaluate_policy", "format_eval_table",
            "load_train_config", "load_policy", "make_envs", "pick_device", "run", "task_order",
-           "tasks_for_step", "to_plain", "train"]
+           "tasks_for_step", "train"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
