@@ -7,8 +7,11 @@ picker, the text spaces, ``reset`` option checking, the per-episode record, rend
 
 ``info`` contract (both envs): ``reset`` hands out the prompt chat as ``info["messages"]`` (a
 fresh copy, once per episode); each ``step`` hands out only what it added, as
-``info["new_messages"]``, so a step costs the same on turn 1 and turn 30. The whole chat is
-``env.messages`` (a copy made on demand) and, at the end, ``info["trajectory"].messages``.
+``info["new_messages"]`` (with the env's own roles: a search_r1 env answers as ``user``), so a
+step costs the same on turn 1 and turn 30; the step that ends the episode puts its
+:class:`~toolgym.data.records.Trajectory` in ``info["trajectory"]``. The whole chat is
+``env.messages`` (a copy made on demand); the record so far is :meth:`ToolEnv.trajectory`, which
+every env provides (rollouts cut for context, the TRL / verifiers / verl integrations read it).
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from typing import Any, ClassVar
 import gymnasium
 import numpy as np
 
-from toolgym.data.records import SearchEvent, Task, first_found
+from toolgym.data.records import SearchEvent, Task, Trajectory, first_found
 from toolgym.envs.actions import ACTION_MAX_CHARS, OBS_MAX_CHARS, clip
 from toolgym.envs.curriculum import check_progress
 from toolgym.envs.spaces import UnicodeText
@@ -182,6 +185,18 @@ class ToolEnv(gymnasium.Env[str, str]):
         """The chat a policy starts from: the system prompt, the task's prior turns, the request."""
         return [{"role": "system", "content": system}, *(dict(m) for m in task.messages),
                 {"role": "user", "content": task.query}]
+
+    def trajectory(self) -> Trajectory:
+        """The current episode so far as a fresh :class:`Trajectory` (``terminated_by="running"``
+        until it ends, then equal to the final ``info["trajectory"]``); ``RuntimeError`` before
+        the first reset. Every env implements it: it is how a caller reads an unfinished episode."""
+        raise NotImplementedError(f"{type(self).__name__} must implement trajectory()")
+
+    def _started(self) -> Episode:
+        """The current (running or finished) episode; ``RuntimeError`` if there is none yet."""
+        if self.episode is None:
+            raise RuntimeError("no episode yet: call reset() first")
+        return self.episode
 
     @property
     def task(self) -> Task | None:

@@ -10,8 +10,10 @@ duplicate-only output is a valid action that scores badly, never an error.
 """
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from toolgym.data.records import Task, Trajectory
@@ -48,6 +50,13 @@ def parse_subtasks(text: Any, max_chars: int = ACTION_MAX_CHARS) -> list[str]:
         if line:
             out.append(line[:MAX_SUBTASK_CHARS])
     return out
+
+
+@dataclass
+class DecompositionEpisode(Episode):
+    """A decomposition episode: :class:`Episode` plus its record once the one step ended it."""
+
+    result: Trajectory | None = None
 
 
 class DecompositionEnv(ToolEnv):
@@ -95,7 +104,8 @@ class DecompositionEnv(ToolEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         task, options = self._start(seed, options)
-        self.episode = Episode(task=task, messages=self.prompt_messages(INSTRUCTION, task), progress=options.get("progress"))
+        self.episode = DecompositionEpisode(task=task, messages=self.prompt_messages(INSTRUCTION, task),
+                                            progress=options.get("progress"))
         obs = f"{INSTRUCTION}\n\n{task.dialogue_text(request_label='Current request')}"
         return obs, {"task_id": task.id, "query": task.query, "messages": self.messages, "k": self.k, "fusion": self.fusion}
 
@@ -133,6 +143,7 @@ class DecompositionEnv(ToolEnv):
             subtasks=list(subtasks),
             env_reward=reward,
         )
+        episode.result = copy.deepcopy(trajectory)
         info = {
             "task_id": task.id,
             "subtasks": list(subtasks),
@@ -148,3 +159,11 @@ class DecompositionEnv(ToolEnv):
             "trajectory": trajectory,
         }
         return obs, reward, True, False, info
+
+    def trajectory(self) -> Trajectory:
+        """The episode as a fresh :class:`Trajectory`: before its one step, the prompt with no
+        subtasks (``terminated_by="running"``); after it, the step's ``info["trajectory"]``."""
+        episode = self._started()
+        if isinstance(episode, DecompositionEpisode) and episode.result is not None:
+            return copy.deepcopy(episode.result)
+        return Trajectory(task_id=episode.task.id, terminated_by="running", messages=self.messages, num_turns=0)

@@ -71,6 +71,7 @@ class SearchEpisode(Episode):
     invalid: int = 0
     selection: list[str] | None = None
     terminated_by: str = "max_turns"
+    env_reward: float | None = None  # the final reward, once the episode is over
 
 
 class ToolSearchEnv(ToolEnv):
@@ -216,15 +217,15 @@ class ToolSearchEnv(ToolEnv):
         if episode.done:
             trajectory = self.trajectory()
             reward = float(self.final_reward(trajectory, episode.task))
-            trajectory.env_reward = reward
+            trajectory.env_reward = episode.env_reward = reward
             info["trajectory"] = trajectory
         return obs, reward, terminated, truncated, info
 
     # -- records -------------------------------------------------------------------------------
     def trajectory(self) -> Trajectory:
         """The episode so far as a :class:`Trajectory` (a fresh copy)."""
-        episode = self.episode
-        assert episode is not None
+        episode = self._started()
+        assert isinstance(episode, SearchEpisode)
         return Trajectory(
             task_id=episode.task.id,
             events=copy.deepcopy(episode.events),
@@ -233,6 +234,7 @@ class ToolSearchEnv(ToolEnv):
             invalid_actions=episode.invalid,
             messages=self.messages,
             num_turns=episode.turn,
+            env_reward=episode.env_reward,
         )
 
     def system_prompt(self, category_mode: str | None = None) -> str:

@@ -63,6 +63,26 @@ def test_step_info_holds_new_messages_not_the_whole_chat():
     assert info["trajectory"].messages == env.messages and len(env.messages) == 11
 
 
+@pytest.mark.parametrize("make, action", [
+    (lambda: ToolSearchEnv(CORPUS, TASKS, top_k=2), call("submit", tools=["beta"])),
+    (lambda: DecompositionEnv(CORPUS, TASKS, k=2), "find beta\nfind one"),
+])
+def test_every_env_gives_its_record_so_far_as_trajectory(make, action):
+    """``ToolEnv.trajectory()`` is the base contract: running before the end, then the final record, a copy each time."""
+    env = make()
+    with pytest.raises(RuntimeError, match="reset"):
+        env.trajectory()
+    _, info = env.reset(options={"task": "t1"})
+    running = env.trajectory()
+    assert running.task_id == "t1" and running.terminated_by == "running" and running.num_turns == 0
+    assert running.messages == info["messages"] and running.events == []
+    *_, step_info = env.step(action)
+    final = env.trajectory()
+    assert final.to_dict() == step_info["trajectory"].to_dict() and final.terminated_by == "submit"
+    final.messages.append({"role": "user", "content": "edited by the caller"})
+    assert env.trajectory().to_dict() == step_info["trajectory"].to_dict()  # a fresh copy
+
+
 def test_episode_state_is_one_object_made_in_reset():
     env = ToolSearchEnv(CORPUS, TASKS)
     env.reset(options={"task": "t0"})

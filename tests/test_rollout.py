@@ -110,3 +110,55 @@ def test_no_room_for_a_first_turn_is_an_error(tokenizer, tiny):
     policy = HFChatPolicy(tiny, tokenizer, {"max_new_tokens": 8})
     with pytest.raises(ValueError, match="max_context_tokens=10 leaves no room"):
         collect_rollouts(policy, [env], [0], max_context_tokens=10)
+
+
+@pytest.mark.parametrize("protocol, script, obs_role", [
+    ("hermes", [_call("search", query="number of nurses in a country"), _call("submit", tools=["getHealthWorkforce"])], "tool"),
+    ("search_r1", ["<search>number of nurses in a country</search>", "<answer>getHealthWorkforce</answer>"], "user"),
+])
+def test_rollout_messages_are_the_envs_own_with_its_roles(tokenizer, tiny, protocol, script, obs_role):
+    """What a policy is shown of its episode is the env's chat (reset messages + each step's
+    ``new_messages``): a search_r1 env answers as ``user``, a Hermes env as ``tool``."""
+    from toolgym.agents.hf_policy import Generation
+
+    class RecordingPolicy(HFChatPolicy):
+        needs_episode = True  # the rollout hands it an EpisodeView of every episode
+
+        def __init__(self):
+            super().__init__(tiny, tokenizer, {"max_new_tokens": 64})
+            self.views, self.turn = [], 0
+
+        def generate_batch(self, prompts, max_new_tokens=None, episodes=()):
+            self.views.append([dict(m) for m in episodes[0].messages])
+            text = script[min(self.turn, len(script) - 1)]
+            self.turn += 1
+            return [Generation(text, self.tokenizer.encode(text, add_special_tokens=False) + [self.end_ids[0]], "stop")]
+
+    env = gymnasium.make("toolgym/ToolSearch-v0", split="train", max_turns=4, protocol=protocol)
+    task = env.unwrapped.tasks[0]
+    assert task.gold == {"getHealthWorkforce"}
+    policy = RecordingPolicy()
+    (r,) = collect_rollouts(policy, [env], [task.id], seeds=[0])
+    traj = r.trajectory
+    assert traj.terminated_by == "submit" and len(policy.views) == 2
+    first, second = policy.views
+    assert [m["role"] for m in first] == ["system", "user"] and first[-1]["content"] == task.query
+    assert [m["role"] for m in traj.messages] == ["system", "user"] + ["assistant", obs_role] * 2
+    assert second[:2] == first and [m["role"] for m in second[2:]] == ["assistant", obs_role]
+    assert second[2]["content"] == script[0]
+    assert second == traj.messages[: len(second)]  # the env's record, not a copy the rollout rebuilt
+    assert all(tool_id in second[3]["content"] for tool_id in traj.events[0].results)  # the env's rendered results
+
+
+def test_a_context_cut_episode_is_the_envs_record_so_far(tokenizer, tiny, scripted_policy):
+    env = gymnasium.make("toolgym/ToolSearch-v0", split="train", max_turns=4, protocol="search_r1")
+    task = env.unwrapped.tasks[0]
+    script = ["<search>nurses</search>", "<search>health workforce</search>", "<answer>getHealthWorkforce</answer>"]
+    (full,) = collect_rollouts(scripted_policy(tiny, tokenizer, script), [env], [task.id], seeds=[0])
+    # room for the first turn only: after it the context cannot take a second turn of max_new_tokens
+    limit = full.trajectory.turn_spans[1][0] + 64 - 1
+    (cut,) = collect_rollouts(scripted_policy(tiny, tokenizer, script), [env], [task.id], seeds=[0], max_context_tokens=limit)
+    t = cut.trajectory
+    assert t.terminated_by == "context" and t.num_turns == 1 == len(t.turn_spans) and len(t.events) == 1
+    assert [m["role"] for m in t.messages] == ["system", "user", "assistant", "user"]
+    assert t.messages == full.trajectory.messages[:4] and t.events[0].query == "nurses"

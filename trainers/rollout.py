@@ -8,8 +8,9 @@ once per turn (loss mask 0). ``turn_spans[t]`` is the ``[start, end)`` range of 
 tokens in turn ``t``, so a turn's advantage lands exactly on the tokens it produced.
 
 A constrained policy (``policy.needs_episode``, :mod:`toolgym.agents.constrained`) is also given
-what each episode showed (:class:`~toolgym.agents.constrained.EpisodeView`: the messages and the
-reset ``info["tool_schemas"]``); its forced tokens get loss mask 0, and the allowed set of each
+what each episode showed (:class:`~toolgym.agents.constrained.EpisodeView`: the env's own chat —
+the reset ``info["messages"]`` plus every step's ``info["new_messages"]``, roles as the env wrote
+them — and the reset ``info["tool_schemas"]``); its forced tokens get loss mask 0, and the allowed set of each
 restricted sample is kept in ``Rollout.allowed`` (position -> token ids) for the trainer.
 
 With a lean decoder (``policy.decode_engine``, :mod:`toolgym.agents.decoding`) the episodes are
@@ -57,12 +58,9 @@ class _Slot:
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     env_return: float = 0.0
     finish_reasons: list[str] = field(default_factory=list)
-    messages: list[dict[str, str]] = field(default_factory=list)
+    messages: list[dict[str, str]] = field(default_factory=list)  # the env's chat: reset + every step's new_messages
     trajectory: Trajectory | None = None
     prompt_tokens: int = 0
-    task_id: str = ""
-    last_info: dict[str, Any] = field(default_factory=dict)
-    events: list[Any] = field(default_factory=list)  # info["event"] of every step, for envs without a record
     tool_schemas: Any = None
     protocol: str = "hermes"
     allowed: dict[int, tuple[int, ...]] = field(default_factory=dict)
@@ -74,24 +72,10 @@ class _Slot:
 
 
 def _cut_trajectory(slot: _Slot, terminated_by: str) -> Trajectory:
-    """The trajectory of an episode the rollout stopped (context full) before the env ended it.
-
-    Built from the env's own record of the episode so far (``env.unwrapped.trajectory_so_far()``,
-    or ``trajectory()``), so its searches still count for ESM/TCA; an env without one gets the
-    events that its step ``info`` reported.
-    """
-    base = slot.env.unwrapped
-    so_far = getattr(base, "trajectory_so_far", None) or getattr(base, "trajectory", None)
-    traj = so_far() if callable(so_far) else None
-    if isinstance(traj, Trajectory):
-        return replace(traj, terminated_by=terminated_by)
-    info = slot.last_info
-    events = list(info.get("events") or [])
-    if not events:
-        events = [e for e in slot.events if e is not None]
-    return Trajectory(task_id=slot.task_id, events=events, terminated_by=terminated_by,
-                      invalid_actions=int(info.get("invalid_actions", 0)), messages=list(slot.messages),
-                      num_turns=len(slot.turn_spans))
+    """The trajectory of an episode the rollout stopped (context full) before the env ended it:
+    the env's own record so far (:meth:`~toolgym.envs.base.ToolEnv.trajectory`), so its searches
+    still count for ESM/TCA."""
+    return replace(slot.env.unwrapped.trajectory(), terminated_by=terminated_by)
 
 
 def _parameters(fn: Any) -> set[str]:
@@ -107,14 +91,11 @@ def _start_slot(policy: ChatPolicy, env: Any, ref: Any, seed: int | None, reset_
     """Reset ``env`` on task ``ref`` and tokenise its prompt (once)."""
     _, info = env.reset(seed=seed, options={**(reset_options or {}), "task": ref})
     slot = _Slot(env=env, task_ref=ref, seed=seed, messages=list(info["messages"]))
-    task = info.get("task")
-    slot.task_id = str(getattr(task, "id", info.get("task_id", ref)))
     # The env's system prompt already lists the tool schemas; passing info["tools"] to the
     # template as well would describe them twice (Qwen-style templates render `tools`).
     slot.token_ids = list(policy.encode_prompt(info["messages"]))
     slot.loss_mask = [0] * len(slot.token_ids)
     slot.prompt_tokens = len(slot.token_ids)
-    slot.last_info = info
     slot.tool_schemas = info.get("tool_schemas", ())  # an env without schemas is no ToolSearch env
     slot.protocol = str(info.get("protocol", "hermes"))
     return slot
@@ -135,16 +116,16 @@ def _apply_turn(policy: ChatPolicy, slot: _Slot, gen: Any) -> list[int] | None:
     slot.finish_reasons.append(gen.finish_reason)
     obs, reward, terminated, truncated, info = slot.env.step(gen.text)
     slot.env_return += float(reward)
-    slot.last_info = info
-    slot.events.append(info.get("event"))
-    slot.messages.append({"role": "assistant", "content": gen.text})
+    new_messages = info.get("new_messages")
+    if not isinstance(new_messages, list):
+        raise TypeError("the env must put the messages its step added in info['new_messages'] (ToolEnv's contract)")
+    slot.messages.extend(new_messages)  # the env's roles: "tool" for Hermes, "user" for search_r1
     if terminated or truncated:
         traj = info.get("trajectory")
         if not isinstance(traj, Trajectory):
             raise TypeError("the env must put a Trajectory in info['trajectory'] at episode end")
         slot.trajectory = traj
         return None
-    slot.messages.append({"role": "tool", "content": str(obs)})
     generated_end = bool(gen.token_ids) and gen.token_ids[-1] in policy.end_ids
     glue = list(policy.encode_tool_turn(str(obs), generated_end))
     slot.token_ids.extend(glue)

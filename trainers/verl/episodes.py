@@ -113,15 +113,7 @@ def record(episode: Episode, extra_fields: dict[str, Any]) -> None:
     """Write the episode's records into an agent loop's ``extra_fields`` (JSON types only)."""
     extra_fields[EVENTS_KEY] = [dict(e) for e in episode.events]
     extra_fields[RETURN_KEY] = float(episode.env_return)
-    traj = episode.trajectory
-    if traj is None:
-        running = getattr(episode.env.unwrapped, "trajectory", None)
-        if callable(running):
-            traj = running()
-        else:  # an env with no running record (Decompose) before its one step
-            from toolgym.data.records import Trajectory
-
-            traj = Trajectory(task_id=episode.task_id, terminated_by="running")
+    traj = episode.trajectory if episode.trajectory is not None else episode.env.unwrapped.trajectory()
     extra_fields[TRAJECTORY_KEY] = traj.to_dict()
 
 
