@@ -21,15 +21,15 @@ $(STAMP): requirements.txt setup.py | $(PY)
 
 install: $(STAMP)
 
-# demos -> supervised warm start -> short GRPO, then paired held-out gains (base -> warm start ->
-# GRPO). Starts afresh: runs/quickstart is removed first.
+# Only toolgym commands: the retrieval table, then demos -> supervised warm start -> GRPO from it,
+# with greedy evaluation of the warm start and of the GRPO policy on the same 16 held-out requests
+# (toolgym train prints the paired gain). Starts afresh: runs/quickstart is removed first.
 quickstart: install
 	$(VENV)/bin/toolgym eval --dataset stabletoolbench --retriever bm25
 	rm -rf runs/quickstart
 	$(VENV)/bin/toolgym demos toolgym/Decompose-v0 --agent clauses --min-reward 0.01 --out runs/quickstart/demos.jsonl --no-progress
 	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/toolgym sft configs/sft_quickstart.yaml
-	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/learning.py --config configs/quickstart.yaml --warm-start runs/quickstart/sft/model \
-		--runs decompose_counterfactual --eval-tasks 16 --budget-min 4 --out runs/quickstart/learning --no-report
+	$(VENV)/bin/toolgym train configs/quickstart.yaml model.init_from=runs/quickstart/sft train.time_budget_s=240 --no-progress
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)

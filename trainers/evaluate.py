@@ -340,17 +340,15 @@ def evaluate_agent(env_id_or_env: Any, agent: Any, *, dataset: str | None = None
 
 
 def format_eval_table(evals: dict[str, Any]) -> str:
-    """A plain-text table of evaluations side by side (``{"before": result, "after": result}``)."""
+    """A plain-text table of evaluations side by side (``{"before": result, "after": result}``), unpaired
+    means ± se; ``toolgym train`` prints the paired gain under it (:func:`~toolgym.trainers.train_cmd.paired_summary`)."""
     keys = [k for k in ("reward", "F1", "Match", "SRecall", "search_turns", "invalid", "submitted")
             if any(k in v for v in evals.values())]
     lines = [f"{'metric':<16}" + "".join(f"{name:>20}" for name in evals)]
     for k in keys:
         cells = [f"{v[k]:.3f} ± {v.get(k + '_se', 0):.3f}" if k in v else "-" for v in evals.values()]
         lines.append(f"{k:<16}" + "".join(f"{c:>20}" for c in cells))
-    if {"before", "after"} <= set(evals) and "per_task" in evals["before"] and "per_task" in evals["after"]:
-        gain, se, n = paired_difference(evals["before"], evals["after"])
-        lines.append(f"{'paired gain':<16}{f'{gain:+.3f} ± {se:.3f} (n={n})':>40}")
-    return "\n".join(lines)
+    return "\n".join(lines)  # the paired gain is one line of its own: train_cmd.paired_summary
 
 
 # -- policies ---------------------------------------------------------------------------------
