@@ -48,7 +48,7 @@ from typing import Any
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS, markdown_table, write_report  # noqa: E402
+from _report import RESULTS, markdown_table  # noqa: E402
 from learning import ENVS, evaluate, grpo_config  # noqa: E402
 
 # Seal-Tools tool search on its multi-tool tasks only (>= 2 gold tools, each findable by its own
@@ -136,18 +136,6 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
             "points": points, "train": rows, "credit_nonzero_share": credit_nonzero_share(rows),
             "train_seconds": result["train_seconds"]}, indent=1) + "\n")
     return result
-
-
-def pooled_gain(runs: list[dict[str, Any]]) -> dict[str, float]:
-    """Paired gain of the seeds' mean final reward per task over the warm start (one number per scheme)."""
-    from toolgym.trainers.paired_eval import paired_gain
-
-    ids = [r["task_id"] for r in runs[0]["points"][0]["rows"]]
-    if any([r["task_id"] for r in run["points"][-1]["rows"]] != ids for run in runs):
-        raise ValueError("pooled_gain needs every seed evaluated on the warm start's tasks, in its order")
-    before = [r["reward"] for r in runs[0]["points"][0]["rows"]]
-    finals = [[r["reward"] for r in run["points"][-1]["rows"]] for run in runs]
-    return paired_gain(before, [sum(col) / len(col) for col in zip(*finals)])
 
 
 # -- warm start fingerprint, one file per finished run ------------------------------------------
@@ -393,77 +381,6 @@ def strip_rollouts(src: Sequence[Path], dest: Path) -> Path:
     return dest
 
 
-def plot(env_id: str, runs: list[dict[str, Any]], out_png: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for scheme in dict.fromkeys(r["scheme"] for r in runs):
-        mine = [r for r in runs if r["scheme"] == scheme]
-        steps = [p["step"] for p in mine[0]["points"]]
-        vals = np.array([[p["mean"]["reward"] for p in r["points"]] for r in mine])
-        ax.plot(steps, vals.mean(0), marker="o", label=f"{scheme} (n={len(mine)} seeds)")
-        ax.fill_between(steps, vals.min(0), vals.max(0), alpha=0.2)  # spread over seeds
-    ax.set_xlabel("GRPO step")
-    ax.set_ylabel("held-out reward (greedy)")
-    ax.set_title(f"{env_id}: credit schemes, one warm start", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
-    return out_png
-
-
-def previous_results() -> dict[str, dict[str, Any]]:
-    """The envs of ``benchmarks/results/credit_schemes.json``, each ``{"settings", "date", "runs"}``."""
-    path = RESULTS / "credit_schemes.json"
-    if not path.exists():
-        return {}
-    got = json.loads(path.read_text())
-    if "envs" in got:
-        return got["envs"]
-    # the first format: one argument block for every env
-    a = got["args"]
-    return {env: {"settings": {"env_id": a.get("decompose_env") if env == "decompose" and a.get("decompose_env")
-                               else ENVS[env]["id"], **{k: a.get(k) for k in SETTING_KEYS}},
-                  "date": got["date"], "runs": runs} for env, runs in got["runs"].items()}
-
-
-def report_body(envs: dict[str, dict[str, Any]]) -> str:
-    paragraphs, rows = [], []
-    for env_name, entry in envs.items():
-        s, runs = entry["settings"], entry["runs"]
-        seeds = sorted({r["seed"] for r in runs})
-        paragraphs.append(
-            f"**{s['env_id']}** ({entry['date'][:10]}): warm start `{s['warm_start']}`, {s['steps']} GRPO steps per run "
-            f"({s['tasks_per_step']} tasks × {s['group_size']} rollouts; overrides {' '.join(s['overrides'] or []) or 'none'}), "
-            f"seeds {seeds}, greedy held-out evaluation on {s['eval_tasks']} tasks every {s['eval_every']} steps.")
-        for scheme in dict.fromkeys(r["scheme"] for r in runs):
-            mine = [r for r in runs if r["scheme"] == scheme]
-            last = [r["points"][-1]["mean"] for r in mine]
-            by_step = " → ".join(f"{sum(r['points'][i]['mean']['reward'] for r in mine) / len(mine):.3f}"
-                                 for i in range(len(mine[0]["points"])))
-            pooled = pooled_gain(mine)
-            rows.append([s["env_id"], scheme, len(mine), by_step,
-                         " / ".join(f"{r['gain']['gain']:+.3f} ± {r['gain']['se']:.3f}" for r in mine),
-                         f"{pooled['gain']:+.3f} ± {pooled['se']:.3f}",
-                         f"{sum(m.get('invalid_rate', 0) for m in last) / len(last):.3f}",
-                         f"{sum(m.get('search_turns', 0) for m in last) / len(last):.2f}",
-                         f"{sum(r['zero_variance_share'] for r in mine) / len(mine):.2f}"])
-    legend = ("Held-out reward by step: the mean over seeds at each evaluation (the first is the warm start). "
-              "Final gain over the warm start ± paired se, one per seed; pooled: the seeds' mean reward per task "
-              "against the warm start. Invalid rate and search turns of the final held-out evaluation; zero-var = "
-              "training groups whose advantages were all 0. Curves: `benchmarks/results/credit_schemes_<env>.png`.")
-    table = markdown_table(["env", "scheme", "seeds", "held-out reward by step", "final gain ± se (per seed)",
-                            "pooled gain ± se", "invalid rate", "search turns", "zero-var share"], rows)
-    return "\n\n".join(paragraphs + [legend, table])
-
-
 # -- the report, from the committed run files alone -------------------------------------------------
 LEARNING_DOC = Path(__file__).resolve().parent.parent / "docs" / "learning.md"
 SECTION = "credit_schemes_runs"
@@ -674,8 +591,8 @@ def report(results_dir: Path | None = None, write: bool = True, png_dir: Path | 
     bodies = []
     summary = {}
     for env_name, runs in envs.items():
-        replay_schemes = [s for s in REPLAY_SCHEMES] if env_name in TOOLSEARCH_ENVS else sorted({r["scheme"] for r in runs})
-        replay = load_replay(env_name, results_dir, replay_schemes)
+        # turn types are tool-search turns; a decomposition episode is one turn
+        replay = load_replay(env_name, results_dir, REPLAY_SCHEMES) if env_name in TOOLSEARCH_ENVS else None
         bodies.append(env_report(env_name, runs, replay, results_dir, png_dir))
         keys = list(metric_names(env_name))
         summary[env_name] = {"pairwise": pairwise(by_scheme(runs), keys[:2] if env_name in TOOLSEARCH_ENVS else keys[:1]),
@@ -714,6 +631,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only rebuild the tables and figures (docs/learning.md) from the committed run files")
     ap.add_argument("--results-dir", default=None,
                     help=f"folder of the per-run files (default {RUN_FILES.relative_to(RESULTS.parent.parent)})")
+    ap.add_argument("--fingerprint", default=None, metavar="MODEL_DIR",
+                    help="print the sha256 of a model folder's tensors (compare a rebuilt warm start with the run files')")
     ap.add_argument("--toolsearch-env", default="toolsearch", choices=TOOLSEARCH_ENVS,
                     help="toolsearch: every Seal-Tools task; toolsearch_multi: those with >= 2 gold tools")
     ap.add_argument("--replay-from", default=None, metavar="RUN_DIR",
@@ -739,6 +658,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-report", action="store_true", help="print only; leave benchmarks/results and docs alone")
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir) if args.results_dir else RUN_FILES
+    if args.fingerprint:
+        print(weights_fingerprint(args.fingerprint))
+        return 0
     if args.replay_from:
         src = sorted((Path(args.replay_from) / "rollouts").glob("step_*.jsonl"))
         if not src:

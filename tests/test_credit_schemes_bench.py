@@ -168,3 +168,14 @@ def test_report_rebuilds_the_tables_from_the_files_alone(tmp_path):
     scheme_row = next(line for line in body.splitlines() if line.startswith("| `toolsearcher` | 0, 1"))
     assert "0.000 → 0.500" in scheme_row and "esm 0.50" in scheme_row
     assert (tmp_path / "toolsearch_multi.png").exists()
+
+
+def test_a_run_folder_of_other_settings_is_refused(tmp_path):
+    args = _args(tmp_path)
+    run_dir = Path(args.out) / "toolsearch" / "grpo_f1_seed0"
+    run_dir.mkdir(parents=True)
+    settings = {**cs.env_settings("toolsearch", args), "scheme": "grpo_f1", "seed": 0}
+    (run_dir / "run.json").write_text(json.dumps({"settings": settings, "points": [], "marker": "cached"}))
+    assert cs.run_scheme("toolsearch", "grpo_f1", 0, args, warm={})["marker"] == "cached"
+    with pytest.raises(SystemExit, match="other settings"):  # same dir, one more step: not silently mixed
+        cs.run_scheme("toolsearch", "grpo_f1", 0, _args(tmp_path, steps=4), warm={})
