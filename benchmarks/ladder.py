@@ -21,6 +21,12 @@ from _report import RESULTS, ROOT, write_report  # noqa: E402
 from toolgym.trainers.ladder import DEFAULT_LIMIT, ladder_markdown, ladder_names, load_ladder_data, run_ladder  # noqa: E402
 
 
+def dataset_markdown(name: str, res: dict) -> str:
+    """One dataset's heading and table, from its entry in the payload (re-rendered by the docs check)."""
+    return (f"**{name}** ({res['queries']} of {res['of']} queries; {res['note']}; {res['wall_s']:.0f} s)\n\n"
+            + ladder_markdown(res))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default=",".join(ladder_names()), help="comma-separated ladder datasets")
@@ -60,8 +66,7 @@ def main() -> None:
           f"decomposer `{args.decomposer or 'none'}`. Training never sees an evaluated query (Seal-Tools: `heldout`, "
           "checked disjoint from `train`; every other set is zero-shot).\n"]
     for name, res in results.items():
-        md += [f"**{name}** ({res['queries']} of {res['of']} queries; {res['note']}; {res['wall_s']:.0f} s)\n",
-               ladder_markdown(res), ""]
+        md += [dataset_markdown(name, res), ""]
     for name, why in skipped.items():
         md.append(f"**{name}**: skipped ({why})\n")
     # per-query rows (thousands) go to their own compact file: one line per dataset / rung

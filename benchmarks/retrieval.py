@@ -10,11 +10,16 @@ Speed (Seal-Tools corpus, 4,076 tools; 256 dev queries; LRU cache disabled every
 Quality (numbers in %, toolgym.retrieval.metrics): StableToolBench pooled and Seal-Tools dev
 for bm25 / dense / hybrid, plus dual-boundary dynamic top-K over the top 20.
 
-Run: ``python benchmarks/retrieval.py [--quick]`` (``--quick`` skips the quality section).
+Every quality number is the mean of per-query rows kept in ``benchmarks/results/retrieval_queries.json``
+(one row per query: task id and each metric), so the table can be recomputed from them.
+
+Run: ``python benchmarks/retrieval.py [--quick | --quality-only]`` (``--quick`` skips the quality
+section; ``--quality-only`` re-measures quality and keeps the speed numbers of the last run).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -23,13 +28,15 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write_report  # noqa: E402
+from _report import RESULTS, markdown_table, write_report  # noqa: E402
 
 from toolgym.data import load_dataset  # noqa: E402
 from toolgym.retrieval import build_index, dual_boundary_dynamic_top_k  # noqa: E402
 from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k, recall_at_k  # noqa: E402
 
 N_QUERIES = 256
+QUERY_ROWS = RESULTS / "retrieval_queries.json"
+QUALITY_METRICS = ("N@1", "N@5", "N@10", "R@10", "C@10", "dynamic_K", "C@dynamic_K")
 
 
 def timed(fn, repeat: int = 1) -> tuple[float, object]:
@@ -41,7 +48,7 @@ def timed(fn, repeat: int = 1) -> tuple[float, object]:
     return best, out
 
 
-def speed(cache_root: Path) -> tuple[dict, str]:
+def speed(cache_root: Path) -> dict:
     seal = load_dataset("seal_tools")
     corpus = seal.corpus
     queries = [t.query for t in seal.tasks[:N_QUERIES]]
@@ -50,7 +57,7 @@ def speed(cache_root: Path) -> tuple[dict, str]:
     cache = cache_root / "emb"
     res: dict = {"corpus_tools": len(corpus), "queries": len(queries), "build": {}, "search": {}}
 
-    cold = {}
+    cold: dict[str, float] = {}
     for method in ("bm25", "dense"):
         cold[method], index = timed(lambda: build_index(corpus, method, cache_dir=cache, cache_size=0, show_progress=True))
         res["build"][f"{method}_cold_s"] = cold[method]
@@ -62,7 +69,6 @@ def speed(cache_root: Path) -> tuple[dict, str]:
     indexes = {m: build_index(corpus, m, cache_dir=cache, cache_size=0) for m in ("bm25", "dense", "hybrid")}
     for idx in indexes.values():
         idx.search("warm up the encoder and faiss")
-    rows = []
     for method, idx in indexes.items():
         for label, cats in (("no filter", None), ("category filter", categories)):
             one_cats = cats or [None] * len(queries)
@@ -78,7 +84,6 @@ def speed(cache_root: Path) -> tuple[dict, str]:
                 "one_by_one_ms_per_query": 1e3 * t_one / len(queries),
                 "speedup": ratio,
             }
-            rows.append([method, label, 1e3 * t_batch / len(queries), 1e3 * t_one / len(queries), f"{ratio:.1f}x", same])
 
     # Category filter alternatives, same queries, same categories.
     import bm25s
@@ -127,30 +132,40 @@ def speed(cache_root: Path) -> tuple[dict, str]:
         "bm25 no filter: sparse matmul (ours)": timed(lambda: indexes["bm25"]._bm25_topk(queries, {None: list(range(len(queries)))}, 10), 3)[0],
     }
     res["category_alternatives_ms_per_query"] = {k: 1e3 * v / len(queries) for k, v in alt.items()}
+    return res
 
+
+def speed_markdown(res: dict) -> str:
+    """The speed tables, from the payload alone (re-rendered by --quality-only and by the docs check)."""
+    b = res["build"]
+    rows = [[key.split("/")[0], key.split("/")[1], r["batch_ms_per_query"], r["one_by_one_ms_per_query"],
+             f"{r['speedup']:.1f}x", r["same_ranking_share"]] for key, r in res["search"].items()]
+    when = f" Speed measured {res['speed_measured']}." if res.get("speed_measured") else ""
     md = [
-        f"Seal-Tools corpus ({len(corpus)} tools), {len(queries)} dev queries, k = 10, LRU cache off.\n",
+        f"Seal-Tools corpus ({res['corpus_tools']} tools), {res['queries']} dev queries, k = 10, LRU cache off.{when}\n",
         markdown_table(
             ["step", "seconds"],
             [
-                ["bm25 build (cold)", cold["bm25"]],
-                ["dense build (cold: encoder load + encode corpus)", cold["dense"]],
-                ["dense warm load (embeddings from disk cache)", warm_dense],
-                ["hybrid warm load", warm_hybrid],
-                ["first dense query after warm load (lazy encoder load)", first_query],
+                ["bm25 build (cold)", b["bm25_cold_s"]],
+                ["dense build (cold: encoder load + encode corpus)", b["dense_cold_s"]],
+                ["dense warm load (embeddings from disk cache)", b["dense_warm_s"]],
+                ["hybrid warm load", b["hybrid_warm_s"]],
+                ["first dense query after warm load (lazy encoder load)", b["dense_first_query_after_warm_s"]],
             ],
         ),
         "",
         markdown_table(["method", "queries", "batched ms/query", "one-by-one ms/query", "speedup", "same ranking"], rows),
         "",
-        "Category-filter implementations (ms/query, same 256 queries over random categories):\n",
-        markdown_table(["implementation", "ms/query"], [[k, 1e3 * v / len(queries)] for k, v in alt.items()]),
+        f"Category-filter implementations (ms/query, same {res['queries']} queries over random categories):\n",
+        markdown_table(["implementation", "ms/query"], [[k, v] for k, v in res["category_alternatives_ms_per_query"].items()]),
     ]
-    return res, "\n".join(md)
+    return "\n".join(md)
 
 
-def quality(cache_root: Path) -> tuple[dict, str]:
-    res, rows = {}, []
+def quality(cache_root: Path) -> tuple[dict, dict]:
+    """Mean metrics per dataset / method, and the per-query rows they are the means of."""
+    res: dict = {}
+    per_query: dict = {}
     cache = cache_root / "emb"
     for name in ("stabletoolbench", "seal_tools"):
         data = load_dataset(name)
@@ -160,43 +175,65 @@ def quality(cache_root: Path) -> tuple[dict, str]:
                                     ("bm25", "bm25", {}), ("dense", "dense", {}), ("hybrid", "hybrid", {})):
             idx = build_index(data.corpus, method, cache_dir=cache, cache_size=0, show_progress=True, **opts)
             ranked = idx.search_batch(queries, k=20)
-            golds = [t.gold for t in data.tasks]
-
-            def mean(fn, k, ranked=ranked):
-                return 100 * float(np.mean([fn(r.ids, g, k) for r, g in zip(ranked, golds)]))
-
             emb = idx.tool_embeddings()
-            ks = [
-                dual_boundary_dynamic_top_k(r.scores, emb[[data.corpus.index_of(i) for i in r.ids]]) for r in ranked
-            ]
-            dyn_c = 100 * float(np.mean([completeness_at_k(r.ids, g, k) for r, g, k in zip(ranked, golds, ks)]))
-            m = {
-                "N@1": mean(ndcg_at_k, 1), "N@5": mean(ndcg_at_k, 5), "N@10": mean(ndcg_at_k, 10),
-                "R@10": mean(recall_at_k, 10), "C@10": mean(completeness_at_k, 10),
-                "dynamic_K_mean": float(np.mean(ks)), "C@dynamic_K": dyn_c,
-            }
-            res[f"{name}/{label}"] = m
-            rows.append([name, label, len(data.corpus), len(queries)] + [round(v, 1) for v in m.values()])
+            rows = []  # metrics in %, rounded to 4 decimals (the table prints 1); the means are of these rows
+            for task, r in zip(data.tasks, ranked):
+                k = dual_boundary_dynamic_top_k(r.scores, emb[[data.corpus.index_of(i) for i in r.ids]])
+                row = {"N@1": ndcg_at_k(r.ids, task.gold, 1), "N@5": ndcg_at_k(r.ids, task.gold, 5),
+                       "N@10": ndcg_at_k(r.ids, task.gold, 10), "R@10": recall_at_k(r.ids, task.gold, 10),
+                       "C@10": completeness_at_k(r.ids, task.gold, 10), "C@dynamic_K": completeness_at_k(r.ids, task.gold, k)}
+                rows.append({"task_id": task.id, **{m: round(100 * v, 4) for m, v in row.items()}, "dynamic_K": int(k)})
+            per_query[f"{name}/{label}"] = rows
+            res[f"{name}/{label}"] = {"tools": len(data.corpus), "queries": len(queries),
+                                      **quality_means(rows)}
+    return res, per_query
+
+
+def quality_means(rows: list[dict]) -> dict[str, float]:
+    """Each quality metric's mean over per-query rows (the table's numbers)."""
+    return {m: float(np.mean([r[m] for r in rows])) for m in QUALITY_METRICS}
+
+
+def quality_markdown(res: dict) -> str:
+    rows = [[key.split("/")[0], key.split("/")[1], m["tools"], m["queries"]]
+            + [round(m[k], 1) for k in QUALITY_METRICS] for key, m in res.items()]
     md = markdown_table(
         ["dataset", "method", "tools", "queries", "N@1", "N@5", "N@10", "R@10", "C@10", "mean dyn. K", "C@dyn. K"],
         rows,
     )
-    return res, "Quality (%, top 20 retrieved; dynamic K from Algorithm 2 on the retriever's own scores):\n\n" + md
+    return "Quality (%, top 20 retrieved; dynamic K from Algorithm 2 on the retriever's own scores):\n\n" + md
+
+
+def report_markdown(payload: dict) -> str:
+    md = speed_markdown(payload)
+    if "quality" in payload:
+        md += "\n\n" + quality_markdown(payload["quality"])
+    return md
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="speed only, skip the quality section")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="speed only, skip the quality section")
+    mode.add_argument("--quality-only", action="store_true",
+                      help="re-measure quality; keep the speed numbers of benchmarks/results/retrieval.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="toolgym-bench-") as tmp:
-        payload, md = speed(Path(tmp))
-        print(md, flush=True)
+        if args.quality_only:
+            previous = json.loads((RESULTS / "retrieval.json").read_text())
+            payload = {k: previous[k] for k in ("corpus_tools", "queries", "build", "search",
+                                                "category_alternatives_ms_per_query")}
+            payload["speed_measured"] = previous.get("speed_measured", previous["date"])
+        else:
+            payload = speed(Path(tmp))
+        print(speed_markdown(payload), flush=True)
         if not args.quick:
-            q, qmd = quality(Path(tmp))
-            payload["quality"] = q
-            md += "\n\n" + qmd
-            print(qmd)
-    write_report("retrieval", payload, "Retrieval", md)
+            payload["quality"], per_query = quality(Path(tmp))
+            # compact: one line per dataset / method (thousands of rows)
+            QUERY_ROWS.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in per_query.items())
+                                  + "\n}\n")
+            print(quality_markdown(payload["quality"]))
+    write_report("retrieval", payload, "Retrieval", report_markdown(payload))
 
 
 if __name__ == "__main__":

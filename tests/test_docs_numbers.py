@@ -1,0 +1,178 @@
+"""The headline numbers of docs/benchmarks.md are re-derived from benchmarks/results/.
+
+Each benchmark writes its section of docs/benchmarks.md between ``<!-- name:start -->`` /
+``<!-- name:end -->`` markers from its JSON payload (benchmarks/_report.py). Here:
+
+- every section's stamp (machine, date, the script and JSON it cites) is that JSON's, and the
+  cited script exists;
+- the headline sections are re-rendered from their payload with the benchmark's own rendering
+  code and must equal the doc, character for character: learning, the retrieval ladder (every
+  ``ladder*`` section), retrieval, demos. A number edited by hand fails;
+- where the payload's numbers are means over per-item rows, they are recomputed from the rows:
+  learning (per-task rows of every run, ``learning_tasks.json``, each entry named by the row's
+  ``tasks_key``: stage means and paired gains), demos (per-task rows: kept counts and kept reward
+  statistics), retrieval quality (``retrieval_queries.json``) and the ladder (``<name>_queries.json``)
+  when those files are there.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+DOC = ROOT / "docs" / "benchmarks.md"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+SECTION = re.compile(
+    r"<!-- (?P<name>[\w-]+):start -->\n## (?P<title>[^\n]*)\n\n_(?P<machine>[^\n]*), (?P<date>[0-9T:+-]+)_ "
+    r"\(`benchmarks/(?P<script>[^`]*)`, raw numbers in `benchmarks/results/(?P<json>[^`]*)`\)\n\n"
+    r"(?P<body>.*?)\n<!-- (?P=name):end -->", re.S)
+
+
+def sections(text: str | None = None) -> dict[str, dict[str, str]]:
+    return {m["name"]: m.groupdict() for m in SECTION.finditer(DOC.read_text() if text is None else text)}
+
+
+def payload(name: str) -> dict:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def close(a: float, b: float) -> bool:
+    return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
+
+
+def test_every_section_is_stamped_by_its_results_file():
+    text = DOC.read_text()
+    found = sections()
+    assert len(found) == text.count(":start -->") == text.count(":end -->")  # every section parses
+    for name, sec in found.items():
+        assert sec["json"] == f"{name}.json", name
+        data = payload(name)
+        assert (sec["machine"], sec["date"]) == (data["machine"], data["date"]), name
+        script = sec["script"].split()[0]
+        assert (ROOT / "benchmarks" / script).is_file(), f"{name} cites benchmarks/{sec['script']}, which is not there"
+
+
+def check_learning(doc_text: str | None = None) -> None:
+    import learning
+
+    data = payload("learning")
+    assert sections(doc_text)["learning"]["body"] == learning.report_body(data["results"], learning.report_args(data)).strip()
+    entries = learning.load_task_runs(RESULTS / "learning_tasks.json")["runs"]
+    for run, row in data["results"].items():
+        entry = entries[row["tasks_key"]]  # every reported run names the rows it was computed from
+        assert entry["run"] == run and entry["env_id"] == row["env_id"]
+        stages = entry["stages"]
+        for stage in ("base", "warm_start", "grpo"):
+            if row.get(stage) is None:
+                assert stage not in stages or stage == "base", (run, stage)
+                continue
+            assert len(stages[stage]) == row["eval_tasks"], (run, stage)
+            means = learning.stage_means(stages[stage])
+            for key, value in row[stage].items():
+                assert close(means[key], value), (run, stage, key, means[key], value)
+        for name, gain in learning.gains_from_rows(stages).items():
+            if row.get(name) is not None:
+                assert close(gain["gain"], row[name]["gain"]) and close(gain["se"], row[name]["se"]), (run, name)
+                assert gain["exceeds_2se"] == row[name]["exceeds_2se"], (run, name)
+        # decomposer retrieval baselines: recomputed from their rows where the run kept them (the two
+        # 64-token runs predate the rows and an older BM25 tool text; their baselines are means only)
+        for baseline, rows in (entry.get("baselines") or {}).items():
+            for key in ("c10", "ndcg5"):
+                mean = sum(r[key] for r in rows) / len(rows)
+                assert close(mean, row["retrieval_baselines"][baseline][key]), (run, baseline, key)
+
+
+def test_learning_section_renders_from_its_results_and_rows():
+    check_learning()
+
+
+def test_demos_section_renders_from_its_per_task_rows():
+    import demos
+    from _report import markdown_table
+
+    data = payload("demos")
+    body = sections()["demos"]["body"]
+    table = markdown_table(demos.HEADERS, demos.table_rows(data["runs"]))  # summarised from the rows
+    assert table in body
+    for name, run in data["runs"].items():
+        rows = run["per_task"]
+        assert sum(r["kept"] for r in rows) == sum(run["kept_by_agent"].values()), name
+        assert all(r["reward"] is None or r["kept"] == (r["reward"] >= run["command"]["min_reward"]) for r in rows), name
+
+
+def ladder_sections() -> list[str]:
+    return sorted(n for n, s in sections().items() if s["script"].split()[0] == "ladder.py")
+
+
+def test_there_are_ladder_sections():
+    assert "ladder" in ladder_sections()
+
+
+@pytest.mark.parametrize("name", ladder_sections())
+def test_ladder_section_renders_from_its_results(name):
+    import ladder
+
+    data = payload(name)
+    body = sections()[name]["body"]
+    assert data["results"], name
+    for dataset, res in data["results"].items():
+        assert ladder.dataset_markdown(dataset, res) in body, (name, dataset)
+    rows_file = RESULTS / f"{name}_queries.json"
+    if rows_file.exists():  # runs since the rows were kept: each rung's numbers are 100 x the rows' means
+        rows = json.loads(rows_file.read_text())
+        for dataset, res in data["results"].items():
+            for label, metrics in res["rungs"].items():
+                if f"{dataset}/{label}" not in rows:
+                    continue
+                got = rows[f"{dataset}/{label}"]
+                assert len(got) == res["queries"]
+                for key, value in metrics.items():
+                    if key in got[0] and key != "task_id":
+                        mean = sum(r[key] for r in got) / len(got)
+                        assert close(mean if key == "K" else 100 * mean, value), (name, dataset, label, key)
+
+
+def test_retrieval_section_renders_from_its_results_and_rows():
+    import retrieval
+
+    data = payload("retrieval")
+    assert sections()["retrieval"]["body"] == retrieval.report_markdown(data).strip()
+    rows = json.loads(retrieval.QUERY_ROWS.read_text())
+    assert set(rows) == set(data["quality"])
+    for key, metrics in data["quality"].items():
+        assert len(rows[key]) == metrics["queries"], key
+        for metric, value in retrieval.quality_means(rows[key]).items():
+            assert close(value, metrics[metric]), (key, metric)
+
+
+def test_a_number_edited_by_hand_is_caught():
+    """The checks compare exact renderings: one printed digit changed in the doc fails them."""
+    text = DOC.read_text()
+    edited = text.replace("+0.080 ± 0.023", "+0.081 ± 0.023", 1)
+    assert edited != text
+    with pytest.raises(AssertionError):
+        check_learning(edited)
+
+
+def test_retrieval_doc_quality_table_is_the_benchmarks():
+    """docs/retrieval.md's quality-anchor table: each printed number is retrieval.json's, to 0.1."""
+    text = (ROOT / "docs" / "retrieval.md").read_text()
+    section = text[text.index("## Quality anchors"):text.index("Dynamic top-K on the retrievers' own scores")]
+    quality = payload("retrieval")["quality"]
+    datasets = {"StableToolBench": "stabletoolbench", "Seal-Tools dev": "seal_tools"}
+    methods = {"BM25, old text": "bm25 (old text)", "BM25, default text": "bm25", "MiniLM": "dense", "hybrid": "hybrid"}
+    seen = set()
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not line.startswith("|") or cells[0] not in datasets:
+            continue
+        key = f"{datasets[cells[0]]}/{next(v for k, v in methods.items() if cells[1].startswith(k))}"
+        assert cells[2:7] == [f"{quality[key][m]:.1f}" for m in ("N@1", "N@5", "N@10", "R@10", "C@10")], key
+        seen.add(key)
+    assert seen == set(quality)
