@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import gymnasium
@@ -317,9 +318,30 @@ def _dataproto_from_rollouts(rollouts, uids, prompt_len, response_len):
                                         "attention_mask": attn}, non_tensors=nt)
 
 
-def test_registered_estimator_gives_the_local_trainers_token_advantages(tokenizer, env):
+def _masked_inside_turns(t):
+    """Each turn's middle token masked out (as a constrained policy's forced tokens are)."""
+    mask = list(t.loss_mask)
+    for s, e in t.turn_spans:
+        mask[(s + e) // 2] = 0
+    return replace(t, loss_mask=mask)
+
+
+def _adjacent_turns(t):
+    """The same turns with the tool text between them removed: every turn starts where the last ended."""
+    p = t.turn_spans[0][0]
+    ids, mask, spans = list(t.token_ids[:p]), list(t.loss_mask[:p]), []
+    for s, e in t.turn_spans:
+        spans.append((len(ids), len(ids) + e - s))
+        ids += t.token_ids[s:e]
+        mask += t.loss_mask[s:e]
+    return replace(t, token_ids=ids, loss_mask=mask, turn_spans=spans)
+
+
+@pytest.mark.parametrize("layout", ["as rolled out", "a masked token inside each turn", "adjacent turns"])
+def test_registered_estimator_gives_the_local_trainers_token_advantages(tokenizer, env, layout):
     """Same rollouts, same reward module: verl's compute_advantage with toolgym_turn_credit equals
-    the local trainer's per-token advantages on every response token."""
+    the local trainer's per-token advantages on every response token, also when a turn holds a
+    mask-0 token and when turns are adjacent (the two layouts a spread by runs of 1s got wrong)."""
     from verl.trainer.config import AlgoConfig
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
@@ -336,6 +358,9 @@ def test_registered_estimator_gives_the_local_trainers_token_advantages(tokenize
         for make in scripts:
             e = gymnasium.make("toolgym/ToolSearch-v0", **ENV_KWARGS)
             (r,) = collect_rollouts(ScriptedTokenPolicy(tiny, tokenizer, make(task)), [e], [task.id], seeds=[0])
+            if layout != "as rolled out":
+                change = _masked_inside_turns if layout.startswith("a masked") else _adjacent_turns
+                r = replace(r, trajectory=change(r.trajectory))
             rollouts.append(r)
             uids.append(f"uid-{task.id}")
     prompt_len = max(r.trajectory.turn_spans[0][0] for r in rollouts)
@@ -351,7 +376,7 @@ def test_registered_estimator_gives_the_local_trainers_token_advantages(tokenize
     from toolgym.rewards import get_reward
 
     local = get_reward("toolsearcher")  # what `toolgym train` would build (its retrieve is unused by this scheme)
-    nonzero, values = 0, set()
+    nonzero, values, run_spread_wrong = 0, set(), 0
     for g, task in enumerate(tasks):
         group = rollouts[4 * g: 4 * g + 4]
         credit = local.score_group([r.trajectory for r in group], task)
@@ -365,20 +390,75 @@ def test_registered_estimator_gives_the_local_trainers_token_advantages(tokenize
             nonzero += int(np.any(expected))
             values.update(np.round(expected[expected != 0], 6).tolist())
             assert scored["rewards"][4 * g + j] == pytest.approx(float(credit.rewards[j]))
+            run_spread_wrong += _runs_of_ones_misplaced(expected, t.loss_mask[p:], [(a - p, b - p) for a, b in t.turn_spans])
     assert nonzero >= 2 and len(values) >= 2  # not a comparison of zeros: several rows, unequal turn values
+    # the changed layouts are ones where giving each run of 1s the value at its end is wrong
+    assert (run_spread_wrong > 0) == (layout != "as rolled out")
 
 
-def test_spread_turn_credit_on_hand_numbers():
-    from toolgym.trainers.verl.credit import spread_turn_credit, turn_end_scores
+def _runs_of_ones_misplaced(advantages, mask, spans):
+    """Policy tokens a spread by runs of 1s would get wrong: each turn's value put at its last
+    mask-1 token, then every run of 1s in the mask given the value at its end."""
+    at_end = np.zeros(len(mask))
+    for s, e in spans:
+        ones = [q for q in range(s, e) if mask[q]]
+        if ones:
+            at_end[ones[-1]] = advantages[s]
+    wrong, carry = 0, 0.0
+    for q in range(len(mask) - 1, -1, -1):
+        if mask[q]:
+            if q + 1 == len(mask) or not mask[q + 1]:
+                carry = at_end[q]
+            wrong += int(carry != advantages[q])
+    return wrong
 
-    mask = torch.tensor([[1, 1, 0, 0, 1, 1, 1, 0], [0, 1, 0, 1, 1, 0, 0, 0]])
-    scores = turn_end_scores(mask, [[(0, 2), (2, 7)], [(0, 2), (3, 5)]], [[0.5, -2.0], [3.0, 1.5]])
-    assert scores.tolist() == [[0, 0.5, 0, 0, 0, 0, -2.0, 0], [0, 3.0, 0, 0, 1.5, 0, 0, 0]]
-    adv = spread_turn_credit(scores, mask)
-    assert adv.tolist() == [[0.5, 0.5, 0, 0, -2.0, -2.0, -2.0, 0], [0, 3.0, 0, 1.5, 1.5, 0, 0, 0]]
-    # a turn cut by the response length keeps the part inside
-    cut = turn_end_scores(mask[:1, :5], [[(0, 2), (4, 9)]], [[1.0, 4.0]])
-    assert cut.tolist() == [[0, 1.0, 0, 0, 4.0]]
+
+def _verl_advantages(token_level_rewards, mask):
+    """verl's own compute_advantage with the registered estimator on a minimal DataProto."""
+    from verl import DataProto
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    B, W = mask.shape
+    data = DataProto.from_dict(tensors={"token_level_rewards": token_level_rewards, "response_mask": mask,
+                                        "responses": torch.zeros((B, W), dtype=torch.long),
+                                        "attention_mask": torch.ones((B, W), dtype=torch.long)},
+                               non_tensors={"uid": np.array(["g"] * B, dtype=object)})
+    return compute_advantage(data, adv_estimator=plugin.ESTIMATOR_NAME, config=AlgoConfig()).batch["advantages"]
+
+
+def test_turn_span_credit_on_hand_numbers():
+    """Credit is placed by the recorded spans, not by runs of 1s in the mask: (a) a turn holding a
+    mask-0 token inside it, (b) two adjacent turns, (c) a turn cut by the response length."""
+    from toolgym.trainers.grpo import token_advantages
+    from toolgym.trainers.verl.credit import turn_span_scores
+
+    mask = torch.tensor([[1, 1, 0, 1, 1, 0, 0, 1, 1, 0],    # (a) turn 0 = [0, 5) holds the mask-0 token 2
+                         [1, 1, 1, 1, 1, 0, 0, 0, 0, 0],    # (b) turns [0, 2) and [2, 5): one run of 1s
+                         [0, 0, 1, 1, 0, 0, 1, 1, 1, 1]])   # (c) turn 1 = [6, 14) cut at 10
+    spans = [[(0, 5), (7, 9)], [(0, 2), (2, 5)], [(2, 4), (6, 14)]]
+    values = [[0.5, -2.0], [3.0, 1.5], [-1.0, 4.0]]
+    expected = [[0.5, 0.5, 0.5, 0.5, 0.5, 0, 0, -2.0, -2.0, 0],
+                [3.0, 3.0, 1.5, 1.5, 1.5, 0, 0, 0, 0, 0],
+                [0, 0, -1.0, -1.0, 0, 0, 4.0, 4.0, 4.0, 4.0]]
+    scores = turn_span_scores(mask, spans, values)
+    adv = _verl_advantages(scores, mask)
+    assert adv.tolist() == expected
+    for i in range(3):  # the local trainer's rule, position for position
+        local = token_advantages(14, spans[i], values[i])[:10]
+        assert adv[i].tolist() == local.tolist()
+    # what a spread by runs of 1s would have given: the first part of (a) and turn 0 of (b) get another value
+    assert expected[0][:2] != [0.0, 0.0] and expected[1][:2] != [1.5, 1.5]
+    with pytest.raises(ValueError, match="turn values"):
+        turn_span_scores(mask, [[(0, 2), (2, 5)]], [[1.0]])
+
+
+def test_turn_credit_estimator_refuses_a_kl_penalty_in_the_reward():
+    from verl.trainer.config import AlgoConfig
+
+    mask = torch.ones((1, 3), dtype=torch.long)
+    with pytest.raises(ValueError, match="use_kl_in_reward"):
+        plugin.compute_turn_credit_advantage(torch.ones((1, 3)), mask, config=AlgoConfig(use_kl_in_reward=True))
 
 
 def test_verl_policy_loss_gives_zero_gradient_on_masked_tokens():

@@ -8,7 +8,7 @@ mask 1, tool observations and chat-template glue get 0.
 
 :class:`ToolgymAgentLoopManager` (set ``actor_rollout_ref.rollout.agent.agent_loop_manager_class``
 to it) runs verl's manager, then scores every GRPO group (rows sharing a ``uid``) with the
-configured toolgym reward module and writes the turn-end credit layout into ``rm_scores``
+configured toolgym reward module and writes the turn-span credit layout into ``rm_scores``
 (:mod:`.credit`); the ``toolgym_turn_credit`` estimator turns it into per-token advantages.
 Validation batches keep verl's own per-sample score.
 """
@@ -26,7 +26,7 @@ from verl.utils.ray_utils import auto_await
 
 from toolgym.data.records import Trajectory
 from toolgym.trainers.verl import episodes
-from toolgym.trainers.verl.credit import score_groups, turn_end_scores
+from toolgym.trainers.verl.credit import score_groups, turn_span_scores
 from toolgym.trainers.verl.tool import DEFAULT_ENV_ID, ToolgymTool
 
 AGENT_NAME = "toolgym_agent"
@@ -123,7 +123,7 @@ class ToolgymAgentLoop(ToolAgentLoop):
 
 
 class TurnCreditScorer:
-    """Scores verl rollout batches with a toolgym reward module into the turn-end layout."""
+    """Scores verl rollout batches with a toolgym reward module into the turn-span layout (by the recorded spans)."""
 
     def __init__(self, env_id: str = DEFAULT_ENV_ID, env_kwargs: dict[str, Any] | None = None, reward: Any = None):
         from toolgym.rewards import build_reward
@@ -149,7 +149,7 @@ class TurnCreditScorer:
             raise KeyError(f"task {task_id!r} is not in the scorer's env (check toolgym.env_kwargs.split)") from None
 
     def score(self, data: DataProto, group_keys: Any) -> dict[str, Any]:
-        """``rm_scores`` in the turn-end layout plus per-row rewards and component means."""
+        """``rm_scores`` in the turn-span layout plus per-row rewards and component means."""
         nt = data.non_tensor_batch
         if episodes.TRAJECTORY_KEY not in nt:
             raise ValueError(f"the batch has no {episodes.TRAJECTORY_KEY!r} column: run the '{AGENT_NAME}' agent loop")
@@ -160,7 +160,7 @@ class TurnCreditScorer:
             trajs.append(Trajectory.from_dict(d))
         spans = [[tuple(s) for s in (row or [])] for row in nt[episodes.SPANS_KEY]]
         values, rewards, comps = score_groups(trajs, list(group_keys), self.task, self.reward, [len(s) for s in spans])
-        rm = turn_end_scores(data.batch["response_mask"], spans, values)
+        rm = turn_span_scores(data.batch["response_mask"], spans, values)
         return {"rm_scores": rm, "rewards": rewards, "components": comps}
 
 

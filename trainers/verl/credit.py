@@ -3,19 +3,19 @@ on each turn's tokens (docs/decisions.md#token-credit-and-loss-masking, #ray-and
 
 verl hands an advantage estimator only ``token_level_rewards, response_mask, index, config``,
 and its reward loop scores one sample at a time. A toolgym reward module needs the whole group
-(ESM, TCA, ... compare rollouts). So the credit is computed where the whole batch is seen, in
-``ToolgymAgentLoopManager`` (:mod:`.agent_loop`), and handed to the estimator through the one
-tensor it receives, in the *turn-end layout*:
+(ESM, TCA, ... compare rollouts), and the turn boundaries are known only to the agent loop,
+which records each turn's response span. So the credit is placed where the whole batch and the
+spans are seen, in ``ToolgymAgentLoopManager`` (:mod:`.agent_loop`), and handed to the
+estimator through the one tensor it receives, in the *turn-span layout*:
 
-    token_level_scores[i, e_t − 1] = A_{i,t}   for every turn t of rollout i with response span [s_t, e_t)
+    token_level_scores[i, p] = A_{i,t}   for every p in the recorded span [s_t, e_t) of turn t of rollout i
 
-and 0 elsewhere. The estimator ``toolgym_turn_credit`` spreads each value back over its turn:
-
-    A[i, p] = token_level_rewards[i, end(p) − 1] · response_mask[i, p]
-
-where ``end(p)`` is the end of the run of 1s in ``response_mask`` that holds ``p`` (a turn's
-policy tokens are one such run: tool text and template glue between turns have mask 0). The
-advantages are then exactly :func:`toolgym.trainers.grpo.trajectory_token_advantages`.
+and 0 elsewhere: the rule of :func:`toolgym.trainers.grpo.token_advantages`, so the advantages
+are exactly :func:`toolgym.trainers.grpo.trajectory_token_advantages` of the local trainer,
+also for a turn holding a mask-0 token (a forced token of constrained decoding) and for two
+turns with no tool text between them, which the mask alone cannot tell apart. The estimator
+``toolgym_turn_credit`` then returns that tensor as the advantages; verl's policy loss masks
+tokens with ``response_mask`` as for any estimator.
 """
 from __future__ import annotations
 
@@ -30,52 +30,43 @@ from toolgym.data.records import Task, Trajectory
 ESTIMATOR_NAME = "toolgym_turn_credit"
 
 
-def turn_end_scores(response_mask: torch.Tensor, turn_spans: Sequence[Sequence[tuple[int, int]]],
-                    turn_values: Sequence[Sequence[float]]) -> torch.Tensor:
-    """The turn-end layout: ``turn_values[i][t]`` at the last policy token of rollout ``i``'s turn ``t``.
+def turn_span_scores(response_mask: torch.Tensor, turn_spans: Sequence[Sequence[tuple[int, int]]],
+                     turn_values: Sequence[Sequence[float]]) -> torch.Tensor:
+    """The turn-span layout: ``turn_values[i][t]`` on every position of rollout ``i``'s turn ``t``.
 
-    ``turn_spans[i][t] = (start, end)`` are response positions (0 = first response token). A
-    span cut by the response length keeps the part inside; a span with no policy token left
-    places nothing (its tokens are not trained on).
+    ``turn_spans[i][t] = (start, end)`` are response positions (0 = first response token), as
+    the agent loop recorded them; ``response_mask`` gives the shape and device. A span cut by
+    the response length keeps the part inside. Mask-0 positions inside a span get the value too,
+    as in the local trainer (their loss is masked either way).
     """
     scores = torch.zeros(response_mask.shape, dtype=torch.float32)
-    mask = response_mask.bool().cpu()
-    width = mask.shape[1]
+    width = scores.shape[1]
     for i, (spans, values) in enumerate(zip(turn_spans, turn_values)):
+        if len(values) < len(spans):
+            raise ValueError(f"row {i}: {len(spans)} turn spans but {len(values)} turn values")
         for (start, end), value in zip(spans, values):
-            end = min(int(end), width)
-            inside = torch.nonzero(mask[i, int(start):end]).flatten()
-            if len(inside):
-                scores[i, int(start) + int(inside[-1])] = float(value)
+            start, end = max(int(start), 0), min(int(end), width)
+            if end > start:
+                scores[i, start:end] = float(value)
     return scores.to(response_mask.device)
-
-
-def spread_turn_credit(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """``A[i, p] = r[i, end(p) − 1] · m[i, p]``: every run of 1s in the mask takes the value at its last token."""
-    mask = response_mask.bool()
-    nxt = torch.zeros_like(mask)
-    nxt[:, :-1] = mask[:, 1:]
-    run_end = mask & ~nxt
-    # walk right to left: the value of a run is set at its end and carried left while the mask is 1
-    values = torch.where(run_end, token_level_rewards.float(), torch.zeros_like(token_level_rewards, dtype=torch.float32))
-    out = torch.zeros_like(values)
-    carry = torch.zeros(mask.shape[0], dtype=torch.float32, device=mask.device)
-    for p in range(mask.shape[1] - 1, -1, -1):
-        carry = torch.where(run_end[:, p], values[:, p], carry)
-        out[:, p] = torch.where(mask[:, p], carry, torch.zeros_like(carry))
-    return out
 
 
 def compute_turn_credit_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                   index: Any = None, config: Any = None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl advantage estimator ``toolgym_turn_credit``: advantages (= returns) from the turn-end layout.
+    """verl advantage estimator ``toolgym_turn_credit``: advantages (= returns) from the turn-span layout.
 
-    The group normalisation already happened in the toolgym reward module; this only places each
-    turn's advantage on that turn's tokens (see the module docstring for the equation).
+    The group normalisation and the placement on each turn's tokens already happened (see the
+    module docstring), so the advantages are ``token_level_rewards`` as they are. A KL penalty in
+    the reward (``algorithm.use_kl_in_reward``) would add a per-token term the layout does not
+    describe: that is an error; use the KL loss (``actor.use_kl_loss``), as the local trainer.
     """
+    use_kl_in_reward = config.get("use_kl_in_reward", False) if hasattr(config, "get") else getattr(config, "use_kl_in_reward", False)
+    if use_kl_in_reward:
+        raise ValueError(f"{ESTIMATOR_NAME} takes the turn-span layout as advantages: set algorithm.use_kl_in_reward=false "
+                         "and put the KL term in the loss (actor.use_kl_loss=true)")
     with torch.no_grad():
-        adv = spread_turn_credit(token_level_rewards, response_mask)
-    return adv, adv
+        adv = token_level_rewards.detach().float().clone()
+    return adv, adv.clone()
 
 
 def register_estimator() -> None:
