@@ -62,3 +62,37 @@ def test_no_module_level_defaults_dicts_or_to_plain_round_trips():
         if "to_plain(" in path.read_text(encoding="utf-8") and "trainers" in path.parts:
             bad.append(f"{path.relative_to(ROOT)}: to_plain")
     assert not bad, bad
+
+
+def test_commands_are_quiet_unless_verbose(tmp_path, capfd):
+    """A command's console output holds no library bars or dict prints; --verbose restores them."""
+    import os
+
+    from toolgym.trainers.console import QUIET_ENV, VERBOSE_ENV
+
+    saved = {k: os.environ.get(k) for k in (*QUIET_ENV, VERBOSE_ENV)}
+    assert main(["eval", "--dataset", "api_bank", "--retriever", "bm25", "--limit", "5"]) == 0
+    quiet = capfd.readouterr()
+    assert "C@" in quiet.out or "N@" in quiet.out
+    assert "it/s]" not in quiet.err and "Split strings" not in quiet.err and "Tokenize" not in quiet.err
+    assert main(["eval", "--dataset", "api_bank", "--retriever", "bm25", "--limit", "5", "--verbose"]) == 0
+    loud = capfd.readouterr()
+    assert "it/s]" in loud.err or "Tokenize" in loud.err or "Split strings" in loud.err  # bm25s's bars are back
+    assert {k: os.environ.get(k) for k in saved} == saved  # the command leaves the environment as it was
+
+
+@pytest.mark.slow  # loads the packaged SmolLM2 GGUF in a fresh process
+def test_a_fresh_process_loads_the_gguf_model_without_library_bars():
+    import subprocess
+    import sys
+
+    code = ("from toolgym.trainers.console import quiet_libraries\n"
+            "with quiet_libraries():\n"
+            "    from toolgym.agents.hf_policy import HFChatPolicy\n"
+            "    HFChatPolicy.from_pretrained('smollm2', sampling={'max_new_tokens': 2})\n"
+            "    from tqdm import tqdm\n"
+            "    list(tqdm(range(3), desc='ours', disable=False))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "de-quantizing" not in run.stderr and "Loading weights" not in run.stderr
+    assert "ours" in run.stderr  # a bar that passes disable= itself still shows

@@ -109,7 +109,9 @@ def _check_parents(p: Path, flag: str) -> None:
 
 
 def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, str | None]:
-    parser = OneLineArgumentParser(prog="toolgym", description="RL environments for agentic tool search")
+    parser = OneLineArgumentParser(prog="toolgym", description="RL environments for agentic tool search",
+                                   epilog="--verbose (anywhere, or TOOLGYM_VERBOSE=1) keeps the libraries' progress "
+                                          "bars and messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_text) in SUBCOMMANDS.items():
@@ -120,7 +122,27 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``toolgym [--verbose] COMMAND ...``: ``--verbose`` (anywhere; or ``TOOLGYM_VERBOSE=1``) keeps
+    the libraries' progress bars and messages, which are otherwise silenced (:mod:`toolgym.trainers.console`)."""
+    from toolgym.trainers.console import VERBOSE_ENV, quiet_libraries, verbose
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    loud = "--verbose" in argv or verbose()
+    argv = [a for a in argv if a != "--verbose"]
+    before = os.environ.get(VERBOSE_ENV)
+    if loud:
+        os.environ[VERBOSE_ENV] = "1"  # commands and their subprocesses ask console.verbose()
+    try:
+        with quiet_libraries(not loud):
+            return _main(argv)
+    finally:
+        if before is None:
+            os.environ.pop(VERBOSE_ENV, None)
+        else:
+            os.environ[VERBOSE_ENV] = before
+
+
+def _main(argv: list[str]) -> int:
     parser, chosen = build_parser(argv)
     if chosen is None or chosen not in SUBCOMMANDS:
         if chosen is not None:

@@ -84,7 +84,7 @@ def collect_demos(env_id: str, agents: Sequence[str], *, split: str | None = "tr
     if progress:
         from tqdm import tqdm
 
-        iterator = tqdm(iterator, total=len(tasks), desc=f"demos {env_id}", unit="task", leave=False)
+        iterator = tqdm(iterator, total=len(tasks), desc=f"demos {env_id}", unit="task", leave=False, disable=False)
     for j, task in iterator:
         best: tuple[float, Trajectory, str] | None = None
         for demo in demonstrators:

@@ -336,7 +336,9 @@ def run(args: argparse.Namespace) -> int:
     ks = parse_ks(args.k)
     from toolgym.retrieval import build_index
 
-    index = build_index(corpus, args.retriever, model=args.model, show_progress=True, identifiers=args.identifiers,
+    from toolgym.trainers.console import verbose
+
+    index = build_index(corpus, args.retriever, model=args.model, show_progress=verbose(), identifiers=args.identifiers,
                         parameters=args.bm25_parameters)
     reranker = None
     if args.rerank:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from toolgym.trainers.config import ModelConfig, config_dict, config_yaml, load_config
+from toolgym.trainers.console import verbose
 
 @dataclass
 class SFTDataConfig:
@@ -279,6 +280,24 @@ def sft(cfg: SFTConfig, resume: bool = False, progress: bool = True) -> dict[str
                 control.should_training_stop = True
                 control.should_save = True
 
+    class _Bar(TrainerCallback):
+        """One tqdm bar for the run, the loss as its postfix."""
+
+        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="SFT", disable=False)
+
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            self.bar.update(state.global_step - self.bar.n)
+
+        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
+            if logs and "loss" in logs:
+                self.bar.set_postfix(loss=f"{logs['loss']:.4f}")
+
+        def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
+            self.bar.close()
+
     args = TrainingArguments(
         output_dir=str(run_dir / "checkpoints"), per_device_train_batch_size=tcfg.batch_size,
         gradient_accumulation_steps=tcfg.grad_accum, learning_rate=tcfg.lr,
@@ -292,6 +311,13 @@ def sft(cfg: SFTConfig, resume: bool = False, progress: bool = True) -> dict[str
     )
     collator = DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100, return_tensors="pt")
     trainer = Trainer(model=model, args=args, train_dataset=examples, data_collator=collator, callbacks=[_Log()])
+    if not verbose():  # one bar of our own instead of the Trainer's bar and its per-step dict lines
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(ProgressCallback)
+        trainer.remove_callback(PrinterCallback)
+        if progress:
+            trainer.add_callback(_Bar())
     started = time.time()
     has_ckpt = resume and any((run_dir / "checkpoints").glob("checkpoint-*"))
     result = trainer.train(resume_from_checkpoint=True if has_ckpt else None)
