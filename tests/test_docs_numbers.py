@@ -176,3 +176,35 @@ def test_retrieval_doc_quality_table_is_the_benchmarks():
         assert cells[2:7] == [f"{quality[key][m]:.1f}" for m in ("N@1", "N@5", "N@10", "R@10", "C@10")], key
         seen.add(key)
     assert seen == set(quality)
+
+
+def paired_gains_from_rows() -> set[str]:
+    """Every "gain ± se" (3 decimals) between two stages of one learning_tasks.json entry."""
+    import itertools
+
+    import learning
+    from toolgym.trainers.paired_eval import compare
+
+    out = set()
+    for entry in learning.load_task_runs(RESULTS / "learning_tasks.json")["runs"].values():
+        for a, b in itertools.permutations(entry["stages"], 2):
+            g = compare({"rows": entry["stages"][a]}, {"rows": entry["stages"][b]})
+            out.add(f"{g['gain']:+.3f} ± {g['se']:.3f}")
+    return out
+
+
+@pytest.mark.parametrize("doc, start, end", [
+    ("README.md", "**What the quickstart shows", "The credit schemes, compared"),
+    ("docs/learning.md", "### Measured", "**Credit schemes on ToolSearch-v0"),
+])
+def test_learning_gains_in_the_docs_are_recomputed_from_rows(doc, start, end):
+    """The learning results quoted in README / docs/learning.md: each paired gain ± se is one that
+    the per-task rows give (the quickstart's own 16-request run and the credit-scheme runs are
+    outside these spans)."""
+    text = (ROOT / doc).read_text()
+    span = text[text.index(start):text.index(end)]
+    quoted = re.findall(r"[+−-]\d\.\d{3} ± \d\.\d{3}", span)
+    assert quoted
+    known = paired_gains_from_rows()
+    unbacked = [q for q in quoted if q.replace("−", "-") not in known]
+    assert not unbacked, f"{doc}: gains with no per-task rows behind them: {unbacked}"
