@@ -7,9 +7,11 @@ environment given one picks each episode's category mode from it and reports the
 ``info["curriculum_phase"]``.
 
 Progress is, in order of preference, ``options["progress"]`` passed to ``reset`` (training
-step / total steps: the trainer passes it, which keeps every worker in the same phase and
-survives a resume), or the environment's own episode count divided by ``total_episodes`` (a
-fallback for runs without a trainer; it restarts with the process).
+step / total steps, :func:`training_progress`: both trainers pass it — ``toolgym train`` its
+step, the verl plugin verl's global step — which keeps every worker and every pooled env in the
+same phase and survives a resume), or the environment's own episode count divided by
+``total_episodes`` (a fallback for runs without a trainer; it restarts with the process and
+counts per env).
 """
 from __future__ import annotations
 
@@ -60,6 +62,23 @@ class CategoryCurriculum:
         if not 0.0 <= progress <= 1.0 + 1e-9:
             raise ValueError(f"progress must be in [0, 1], got {progress}")
         return self.constrained_mode if progress < self.required_fraction else self.after_mode
+
+
+def training_progress(step: int, total_steps: int) -> float:
+    """``options["progress"]`` at 0-based training step ``step`` of ``total_steps``: ``step / total_steps``, at most 1."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"a training step is an int >= 0, got {step!r}")
+    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps <= 0:
+        raise ValueError(f"total training steps is an int > 0, got {total_steps!r}")
+    return min(step / total_steps, 1.0)
+
+
+def curriculum_reset_options(env: Any, progress: float | None) -> dict[str, Any]:
+    """``{"progress": progress}`` for an env with a category curriculum, else ``{}`` (an env
+    without one takes the reset options it always took)."""
+    if progress is None or getattr(getattr(env, "unwrapped", env), "curriculum", None) is None:
+        return {}
+    return {"progress": check_progress(progress)}
 
 
 def check_progress(value: Any) -> float:

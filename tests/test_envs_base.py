@@ -248,3 +248,18 @@ def test_vector_autoreset_keeps_the_trainers_progress():
     _, _, _, _, infos = venv.step(["ignored"] * 2)  # the autoreset step
     assert infos["action"].tolist() == ["reset", "reset"] and infos["curriculum_progress"].tolist() == [0.25, 0.25]
     venv.close()
+
+
+def test_training_progress_is_step_over_total_and_reaches_only_curriculum_envs():
+    from toolgym.envs.curriculum import curriculum_reset_options, training_progress
+
+    assert [training_progress(s, 10) for s in (0, 3, 9, 12)] == [0.0, 0.3, 0.9, 1.0]
+    for step, total in ((-1, 10), (1, 0), (True, 10), (1.5, 10)):
+        with pytest.raises(ValueError):
+            training_progress(step, total)
+    plain = ToolSearchEnv(CORPUS, TASKS)
+    staged = ToolSearchEnv(CORPUS, TASKS, curriculum={"required_fraction": 0.5})
+    assert curriculum_reset_options(plain, 0.25) == {} and curriculum_reset_options(staged, None) == {}
+    assert curriculum_reset_options(staged, 0.25) == {"progress": 0.25}
+    with pytest.raises(ValueError, match="progress"):
+        curriculum_reset_options(staged, 1.5)

@@ -170,7 +170,7 @@ def _run_agent_loop(tokenizer, verl_tools, script, task_id=None, response_length
         env = gymnasium.make("toolgym/ToolSearch-v0", **ENV_KWARGS)
         _, info = env.reset(options={"task": task_id})
         row = {"raw_prompt": list(info["messages"]), "extra_info": {"task_id": task_id}, "tools_kwargs": {}}
-    keys = ("raw_prompt", "extra_info", "tools_kwargs", "index", "agent_name", "data_source")
+    keys = ("raw_prompt", "extra_info", "tools_kwargs", "index", "agent_name", "data_source", episodes.PROGRESS_KEY)
 
     async def run():  # verl binds the agent loop to the running event loop at construction
         loop = plugin.ToolgymAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=tokenizer,
@@ -218,6 +218,53 @@ def test_agent_loop_marks_an_answer_without_a_call(tokenizer, verl_tools, env):
     out, _ = _run_agent_loop(tokenizer, verl_tools, ["I think the answer is 42."], task.id)
     traj = out.extra_fields[episodes.TRAJECTORY_KEY]
     assert traj["terminated_by"] == "no_call" and traj["events"] == [] and sum(out.response_mask) > 0
+
+
+def test_the_manager_passes_training_progress_to_the_episodes(tokenizer):
+    """``(global_steps - 1) / total`` as the local trainer's ``step / steps``; validation is 1; no total, nothing."""
+    from verl import DataProto
+
+    from toolgym.trainers.verl.agent_loop import add_progress, batch_progress
+
+    cfg = _verl_config("unused.yaml")
+    assert batch_progress({"global_steps": 4}, cfg) is None  # verl's own default: no total yet
+    cfg.actor_rollout_ref.actor.optim.total_training_steps = 10  # what verl's trainer writes at start-up
+    assert [batch_progress({"global_steps": g}, cfg) for g in (1, 4, 10, 12)] == [0.0, 0.3, 0.9, 1.0]
+    cfg.trainer.total_training_steps = 20  # an explicit total wins
+    assert batch_progress({"global_steps": 4}, cfg) == 0.15
+    assert batch_progress({"global_steps": 4, "validate": True}, cfg) == 1.0 and batch_progress({}, cfg) is None
+    batch = DataProto.from_dict(non_tensors={"uid": np.array(["a", "a", "b"], dtype=object)}, meta_info={"global_steps": 7})
+    assert add_progress(batch, cfg) == 0.3
+    assert batch.non_tensor_batch[episodes.PROGRESS_KEY].tolist() == [0.3, 0.3, 0.3]
+
+
+def test_agent_loop_episodes_follow_the_trainers_progress_not_the_envs_counter(tokenizer, verl_tools, env):
+    """A curriculum env (required category for the first half of training, by 1000 episodes of its own
+    counter otherwise): the batch's progress picks the mode, and the prompt is that mode's."""
+    task = env.unwrapped.tasks[0]
+    curriculum_kwargs = {**ENV_KWARGS, "curriculum": {"total_episodes": 1000, "required_fraction": 0.5}}
+    probe = gymnasium.make("toolgym/ToolSearch-v0", **curriculum_kwargs)
+    prompts = {mode: probe.unwrapped.system_prompt(mode) for mode in ("required", "off")}
+    assert prompts["required"] != prompts["off"]
+    _, info = env.reset(options={"task": task.id})  # the exported row: the plain env's prompt (mode off)
+    category = env.unwrapped.corpus[sorted(task.gold)[0]].category
+    script = [_call("search", query="number of nurses", category=category), _call("submit", tools=sorted(task.gold))]
+    seen = {}
+    for progress in (0.2, 0.8, None):
+        row = {"raw_prompt": list(info["messages"]), "tools_kwargs": {},
+               "extra_info": {"task_id": task.id, "env_kwargs": curriculum_kwargs}}
+        if progress is not None:
+            row[episodes.PROGRESS_KEY] = np.float64(progress)
+        out, server = _run_agent_loop(tokenizer, verl_tools, script, row=row)
+        first_prompt = tokenizer.decode(server.prompts[0])
+        mode = next(m for m, text in prompts.items() if text in first_prompt)
+        traj = out.extra_fields[episodes.TRAJECTORY_KEY]
+        seen[progress] = (mode, traj["invalid_actions"], [e["category"] for e in traj["events"]])
+    # 0.2: the constrained phase; the call with a category is valid and searches in it
+    assert seen[0.2] == ("required", 0, [category])
+    # 0.8: global search, although the env's own counter (a few episodes of 1000) says "required"
+    assert seen[0.8][0] == "off" and seen[0.8][1] == 1 and seen[0.8][2] == []
+    assert seen[None][0] == "required"  # no progress in the batch: the env's counter decides
 
 
 def _verl_dataset(tokenizer, env_id, split, tmp_path, max_tasks=3, env_kwargs=None):

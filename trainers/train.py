@@ -141,10 +141,9 @@ def evaluation_env_kwargs(cfg: Any) -> dict[str, Any]:
 
 def training_reset_options(cfg: Any, env: Any, step: int) -> dict[str, Any]:
     """``env.reset_options``, plus ``progress = step / steps`` for an env with a curriculum (resume-stable)."""
-    options = dict(cfg.env.reset_options)
-    if getattr(env.unwrapped, "curriculum", None) is not None:
-        options["progress"] = step / cfg.train.steps
-    return options
+    from toolgym.envs.curriculum import curriculum_reset_options, training_progress
+
+    return {**dict(cfg.env.reset_options), **curriculum_reset_options(env, training_progress(step, int(cfg.train.steps)))}
 
 
 def check_context_room(policy: Any, env: Any, tasks: Sequence[Any], max_context_tokens: int) -> None:

@@ -1,16 +1,18 @@
 """The verl agent loop and agent-loop manager of the toolgym plugin (docs/scale.md).
 
 ``toolgym_agent`` (:class:`ToolgymAgentLoop`) is verl's own ``ToolAgentLoop`` plus three
-things: it starts the trajectory's toolgym env before the first turn, records each assistant
-turn's response span, and at the end writes the trajectory (``SearchEvent``s included) into
-``extra_fields`` and ends the episode. Token handling is verl's: generated tokens get response
-mask 1, tool observations and chat-template glue get 0.
+things: it starts the trajectory's toolgym env before the first turn (with the batch's
+training progress, for an env with a category curriculum, whose prompt it then uses), records
+each assistant turn's response span, and at the end writes the trajectory (``SearchEvent``s
+included) into ``extra_fields`` and ends the episode. Token handling is verl's: generated
+tokens get response mask 1, tool observations and chat-template glue get 0.
 
 :class:`ToolgymAgentLoopManager` (set ``actor_rollout_ref.rollout.agent.agent_loop_manager_class``
-to it) runs verl's manager, then scores every GRPO group (rows sharing a ``uid``) with the
-configured toolgym reward module and writes the turn-span credit layout into ``rm_scores``
-(:mod:`.credit`); the ``toolgym_turn_credit`` estimator turns it into per-token advantages.
-Validation batches keep verl's own per-sample score.
+to it) writes the batch's training progress (verl's global step over the total) into a column
+the agent loops read, runs verl's manager, then scores every GRPO group (rows sharing a
+``uid``) with the configured toolgym reward module and writes the turn-span credit layout into
+``rm_scores`` (:mod:`.credit`); the ``toolgym_turn_credit`` estimator turns it into per-token
+advantages. Validation batches keep verl's own per-sample score.
 """
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ class ToolgymAgentLoop(ToolAgentLoop):
             except (json.JSONDecodeError, RecursionError):
                 env_kwargs = None
         self._toolgym_env_kwargs = dict(env_kwargs) if isinstance(env_kwargs, dict) else (dict(tool.env_kwargs) if tool else {})
+        self._toolgym_progress = episodes.progress_from(kwargs.get(episodes.PROGRESS_KEY))  # the manager's column
         try:
             output = await super().run(sampling_params, **kwargs)
             self._finish(output)
@@ -70,8 +73,12 @@ class ToolgymAgentLoop(ToolAgentLoop):
         self._toolgym_agent_data = agent_data
         if self._toolgym_task_id is not None:
             episode = episodes.start(agent_data.request_id, self._toolgym_env_id, self._toolgym_env_kwargs,
-                                     self._toolgym_task_id)
+                                     self._toolgym_task_id, progress=self._toolgym_progress)
             episodes.record(episode, agent_data.extra_fields)
+            if episode.curriculum and episode.prompt:
+                # the curriculum chose this episode's category mode: the prompt is the env's, as in a
+                # local rollout (the exported row holds the schema of one mode only)
+                agent_data.messages = [dict(m) for m in episode.prompt]
         # The env's system prompt (the sample's first message) already lists the tool schemas, as
         # in local rollouts; rendering them again through the chat template would describe them twice.
         agent_data._active_tool_schemas = None
@@ -164,11 +171,49 @@ class TurnCreditScorer:
         return {"rm_scores": rm, "rewards": rewards, "components": comps}
 
 
+def _select(config: Any, dotted: str) -> Any:
+    node = config
+    for key in dotted.split("."):
+        node = node.get(key) if hasattr(node, "get") else None
+        if node is None:
+            return None
+    return node
+
+
+def batch_progress(meta_info: dict[str, Any], config: Any) -> float | None:
+    """The training progress of a batch for the category curriculum: ``(global_steps − 1) / total``
+    (verl counts steps from 1, so its first step is progress 0 as the local trainer's step 0),
+    ``total`` = ``trainer.total_training_steps`` or the one verl's trainer writes into
+    ``actor_rollout_ref.actor.optim.total_training_steps``. A validation batch is 1: it searches
+    in the curriculum's final mode (the local evaluation drops the curriculum). None when the
+    batch names no step or the config no total."""
+    from toolgym.envs.curriculum import training_progress
+
+    if meta_info.get("validate", False):
+        return 1.0
+    step = meta_info.get("global_steps")
+    total = _select(config, "trainer.total_training_steps") or _select(config, "actor_rollout_ref.actor.optim.total_training_steps")
+    if step is None or total is None or int(step) < 1 or int(total) < 1:
+        return None
+    return training_progress(int(step) - 1, int(total))
+
+
+def add_progress(prompts: DataProto, config: Any) -> float | None:
+    """Write the batch's training progress into its ``PROGRESS_KEY`` column (each agent loop hands it
+    to its episode's reset); returns it, or None (then no column: envs fall back to their own rule)."""
+    progress = batch_progress(prompts.meta_info, config)
+    if progress is not None:
+        prompts.non_tensor_batch[episodes.PROGRESS_KEY] = np.full(len(prompts), progress, dtype=np.float64)
+    return progress
+
+
 class ToolgymAgentLoopManager(AgentLoopManager):
-    """verl's agent-loop manager, then toolgym group credit in ``rm_scores`` for training batches."""
+    """verl's agent-loop manager that passes training progress to the episodes, then toolgym group
+    credit in ``rm_scores`` for training batches."""
 
     @auto_await
     async def generate_sequences(self, prompts: DataProto) -> DataProto:
+        add_progress(prompts, self.config)
         output = await super().generate_sequences(prompts)
         if prompts.meta_info.get("validate", False):
             return output

@@ -25,6 +25,7 @@ EVENTS_KEY = "toolgym_events"
 TRAJECTORY_KEY = "toolgym_trajectory"
 RETURN_KEY = "toolgym_env_return"
 SPANS_KEY = "toolgym_turn_spans"
+PROGRESS_KEY = "toolgym_progress"  # the batch column ToolgymAgentLoopManager writes: training progress in [0, 1]
 
 
 @dataclass
@@ -38,6 +39,8 @@ class Episode:
     trajectory: Any = None
     events: list[dict[str, Any]] = field(default_factory=list)
     env_key: tuple = ()  # (env_id, kwargs) of the idle pool the env returns to
+    prompt: list[dict[str, str]] = field(default_factory=list)  # the reset's info["messages"]
+    curriculum: bool = False  # the env picks each episode's category mode from the training progress
 
 
 _LOCK = threading.RLock()
@@ -71,15 +74,34 @@ def task_id_from(kwargs: dict[str, Any]) -> str | None:
     return None
 
 
-def start(key: str, env_id: str, env_kwargs: dict[str, Any], task_id: str, seed: int | None = None) -> Episode:
-    """The episode of trajectory ``key``, reset on ``task_id`` the first time it is asked for."""
+def progress_from(value: Any) -> float | None:
+    """The training progress a sample carries (``PROGRESS_KEY``), or None when it carries none usable."""
+    try:
+        progress = float(value)
+    except (TypeError, ValueError):
+        return None
+    return progress if 0.0 <= progress <= 1.0 else None  # NaN fails both comparisons
+
+
+def start(key: str, env_id: str, env_kwargs: dict[str, Any], task_id: str, seed: int | None = None,
+          progress: float | None = None) -> Episode:
+    """The episode of trajectory ``key``, reset on ``task_id`` the first time it is asked for.
+
+    ``progress`` (training step / total steps) goes to an env with a category curriculum as
+    ``options["progress"]``, as ``toolgym train`` passes it: every pooled env is then in the
+    trainer's phase, not in one its own episode counter gives.
+    """
+    from toolgym.envs.curriculum import curriculum_reset_options
+
     with _LOCK:
         episode = _EPISODES.get(key)
         if episode is not None:
             return episode
     env = _make_env(env_id, env_kwargs)
-    env.reset(seed=seed, options={"task": task_id})
-    episode = Episode(env=env, task_id=task_id, env_key=_env_key(env_id, env_kwargs))
+    _, info = env.reset(seed=seed, options={"task": task_id, **curriculum_reset_options(env, progress)})
+    episode = Episode(env=env, task_id=task_id, env_key=_env_key(env_id, env_kwargs),
+                      prompt=[dict(m) for m in info.get("messages") or ()],
+                      curriculum=getattr(env.unwrapped, "curriculum", None) is not None)
     with _LOCK:
         _EPISODES[key] = episode
     return episode
