@@ -7,7 +7,7 @@ from pathlib import Path
 
 from setuptools import setup
 
-SUBPACKAGES = ["envs", "retrieval", "data", "agents", "rewards", "trainers", "integrations"]
+SUBPACKAGES = ["envs", "retrieval", "data", "agents", "rewards", "evaluation", "trainers", "fitting", "cli", "integrations"]
 
 setup(
     name="toolgym",
@@ -25,5 +25,5 @@ setup(
     # Other trainers toolgym plugs into (toolgym.integrations): optional, never imported by the rest.
     # jmespath: transformers < 5.13 parses tool calls with it (TRL's response schema).
     extras_require={"trl": ["trl==1.16.0", "jmespath>=1.0"], "verifiers": ["verifiers==0.4.0"]},
-    entry_points={"console_scripts": ["toolgym = toolgym.trainers.cli:main"]},
+    entry_points={"console_scripts": ["toolgym = toolgym.cli.main:main"]},
 )

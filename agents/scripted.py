@@ -20,7 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from toolgym.data.records import Task
-from toolgym.envs.protocol import Search, Submit, render_call
+from toolgym.envs.actions import Search, Submit
+from toolgym.envs.syntax import render_call
 from toolgym.retrieval.corpus import ToolCorpus
 
 

@@ -84,9 +84,9 @@ def env_settings(env_name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, warm: dict[str, Any]) -> dict[str, Any]:
     """One run: evaluations at steps 0 (the warm start), eval_every, 2·eval_every, ..., steps."""
-    from toolgym.trainers.paired_eval import compare
+    from toolgym.evaluation.paired import compare
     from toolgym.trainers.plotting import read_metrics
-    from toolgym.trainers.train_cmd import train
+    from toolgym.trainers.train import train
 
     run_dir = Path(args.out) / env_name / f"{scheme}_seed{seed}"
     settings = {**env_settings(env_name, args), "scheme": scheme, "seed": seed}
@@ -195,7 +195,7 @@ def task_set_stats(env_name: str) -> dict[str, Any]:
     """Gold tools per task of the env's training and held-out tasks (what first-discovery credit can find)."""
     import numpy as np
 
-    from toolgym.trainers.evaluate import env_tasks, make_envs
+    from toolgym.evaluation.evaluate import env_tasks, make_envs
 
     spec = ENVS[env_name]
     out: dict[str, Any] = {}
@@ -340,7 +340,7 @@ def credit_by_turn_type(groups: list[tuple[Any, list[Any]]], schemes: Sequence[s
     term is non-zero."""
     import numpy as np
 
-    from toolgym.trainers.replay_cmd import build_scheme, score_all, summarise
+    from toolgym.evaluation.replay import build_scheme, score_all, summarise
 
     kinds = [[classify_turns(t, task.gold) for t in trajs] for task, trajs in groups]
     counts = {k: sum(row.count(k) for g in kinds for row in g) for k in TURN_TYPES}

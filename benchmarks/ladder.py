@@ -1,6 +1,6 @@
 """The retrieval ladder (MagicSelector §4) on every ladder dataset: one table per dataset.
 
-The rungs and datasets are :mod:`toolgym.trainers.ladder`'s (``toolgym eval --ladder`` prints the
+The rungs and datasets are :mod:`toolgym.evaluation.ladder`'s (``toolgym eval --ladder`` prints the
 same table for one dataset). Trained rungs use ``--retriever-run`` / ``--reranker-run`` (a
 ``toolgym fit-*`` run folder) and ``--decomposer``; a run that is not there is a ``not trained``
 row. Nothing is trained here: the fit commands are the lead's to run when the CPU allows.
@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS, ROOT, write_report  # noqa: E402
 
-from toolgym.trainers.ladder import DEFAULT_LIMIT, ladder_markdown, ladder_names, load_ladder_data, run_ladder  # noqa: E402
+from toolgym.evaluation.ladder import DEFAULT_LIMIT, ladder_markdown, ladder_names, load_ladder_data, run_ladder  # noqa: E402
 
 
 def dataset_markdown(name: str, res: dict) -> str:

@@ -7,7 +7,7 @@ tasks. Every task's numbers are saved (``benchmarks/results/learning_tasks.json`
 run and invocation, ``<run>@<date>``, appended: a later invocation never replaces an earlier one's
 rows, and each report row names its entry as ``tasks_key``), and each
 comparison is reported as the paired gain ± its paired standard error
-(:func:`toolgym.trainers.paired_eval.paired_gain`); a gain counts when it exceeds 2 se.
+(:func:`toolgym.evaluation.paired.paired_gain`); a gain counts when it exceeds 2 se.
 For the decomposer it also reports held-out retrieval C@10 / N@5 of its subtasks against the
 clause splitter and the raw request (same BM25 index, same tasks). Not run in CI.
 
@@ -85,7 +85,7 @@ def grpo_config(env_name: str, reward: dict[str, Any], model: str, run_dir: Path
 def run_grpo(run: str, warm_start: str, run_dir: Path, budget_s: float, config: str | None = None,
              overrides: list[str] | None = None) -> dict[str, Any]:
     """GRPO for one run, once: a finished run (``grpo_done.json``) is not trained again."""
-    from toolgym.trainers.train_cmd import train
+    from toolgym.trainers.train import train
 
     marker = run_dir / "grpo_done.json"
     if marker.exists():
@@ -101,8 +101,8 @@ def run_grpo(run: str, warm_start: str, run_dir: Path, budget_s: float, config: 
 
 def evaluate(model_or_policy: Any, env_name: str, n: int, cache: Path | None, batch_size: int = 8) -> dict[str, Any]:
     """Per-task greedy evaluation, cached as JSON (an evaluation is the costly part on CPU)."""
-    from toolgym.trainers.paired_eval import evaluate_per_task
-    from toolgym.trainers.train_cmd import load_policy
+    from toolgym.evaluation.paired import evaluate_per_task
+    from toolgym.trainers.checkpoint import load_policy
 
     if cache is not None and cache.exists():
         got = json.loads(cache.read_text())
@@ -128,8 +128,8 @@ def retrieval_baselines(env_name: str, n: int, keep_rows: dict[str, Any] | None 
     from toolgym.agents.demonstrators import ReferenceSubtaskDemonstrator
     from toolgym.agents.scripted import ClauseSplitAgent
     from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
-    from toolgym.trainers.agent_eval import run_episode
-    from toolgym.trainers.train_cmd import env_tasks, make_envs
+    from toolgym.evaluation.evaluate import run_episode
+    from toolgym.evaluation.evaluate import env_tasks, make_envs
 
     spec = ENVS[env_name]
     env = make_envs(spec["id"], {**spec["kwargs"], "split": spec.get("eval_split", "heldout")}, 1)[0]
@@ -173,7 +173,7 @@ GAINS = {"sft_gain": ("base", "warm_start"), "grpo_gain": ("warm_start", "grpo")
 
 def gains_from_rows(stages: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
     """The report's paired gains, recomputed from one entry's per-task rows."""
-    from toolgym.trainers.paired_eval import compare
+    from toolgym.evaluation.paired import compare
 
     return {name: compare({"rows": stages[a]}, {"rows": stages[b]})
             for name, (a, b) in GAINS.items() if a in stages and b in stages}
@@ -182,7 +182,7 @@ def gains_from_rows(stages: dict[str, list[dict[str, Any]]]) -> dict[str, dict[s
 def main(argv: list[str] | None = None) -> int:
     from datetime import datetime, timezone
 
-    from toolgym.trainers.paired_eval import compare
+    from toolgym.evaluation.paired import compare
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--warm-start", required=True, help="warm-start model folder (`toolgym sft` RUN_DIR/model)")

@@ -74,7 +74,7 @@ def bench_rollouts(args, ray) -> dict:
 
     import toolgym.envs  # noqa: F401
     from toolgym.trainers.ray_rollout import RayRollout
-    from toolgym.trainers.rollout import rollout_groups
+    from toolgym.agents.rollout import rollout_groups
 
     sampling = {"max_new_tokens": args.max_new_tokens, "temperature": 1.0}
     env_kwargs = {"split": "train", "max_turns": args.max_turns}

@@ -71,9 +71,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from toolgym.trainers.rollout import collect_rollouts
+    from toolgym.agents.rollout import collect_rollouts
     from toolgym.trainers.config import config_dict
-    from toolgym.trainers.train_cmd import build_policy, env_tasks, load_train_config, make_envs, train
+    from toolgym.agents.model import build_policy
+    from toolgym.evaluation.evaluate import env_tasks, make_envs
+    from toolgym.trainers.config import load_train_config
+    from toolgym.trainers.train import train
 
     cfg = load_train_config(args.config, overrides)
     plain = config_dict(cfg)

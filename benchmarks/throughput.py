@@ -92,7 +92,7 @@ def bench_sampling(policy, prompt: list[int], batches: list[int], new_tokens: in
 def bench_rollouts(policy, env_id: str, env_kwargs: dict, tasks: int, group: int, sampling: dict, seed: int = 0) -> dict:
     import torch
 
-    from toolgym.trainers.rollout import rollout_groups
+    from toolgym.agents.rollout import rollout_groups
     from toolgym.trainers.train import env_tasks, make_envs
 
     envs = make_envs(env_id, env_kwargs, tasks * group)
@@ -119,7 +119,7 @@ def bench_grpo_step(policy, env_id: str, env_kwargs: dict, tasks: int, group: in
     from toolgym.agents.hf_policy import apply_lora
     from toolgym.rewards import get_reward
     from toolgym.trainers.grpo import GRPOTrainer
-    from toolgym.trainers.rollout import rollout_groups
+    from toolgym.agents.rollout import rollout_groups
     from toolgym.trainers.train import credit_batch, env_tasks, make_envs
 
     envs = make_envs(env_id, env_kwargs, tasks * group)
@@ -154,7 +154,7 @@ def bench_grpo_step(policy, env_id: str, env_kwargs: dict, tasks: int, group: in
 
 
 def bench_eval(policy, env_id: str, env_kwargs: dict, num_tasks: int, batches: dict[str, int], max_new: int) -> dict:
-    from toolgym.trainers.evaluate import choose_tasks, evaluate, make_envs
+    from toolgym.evaluation.evaluate import choose_tasks, evaluate, make_envs
 
     out = {"env": env_id, "tasks": num_tasks}
     for engine, batch in batches.items():

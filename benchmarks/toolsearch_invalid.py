@@ -21,8 +21,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs
 
 def main(argv: list[str] | None = None) -> int:
     from toolgym.agents.constrained import ConstrainedToolSearchPolicy
-    from toolgym.trainers.evaluate import load_policy, paired_gain
-    from toolgym.trainers.paired_eval import evaluate_per_task
+    from toolgym.evaluation.evaluate import paired_gain
+    from toolgym.trainers.checkpoint import load_policy
+    from toolgym.evaluation.paired import evaluate_per_task
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", required=True, help="model folder (e.g. a `toolgym sft` RUN_DIR/model)")

@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from toolgym.agents.hf_policy import TurnCache
-    from toolgym.trainers.evaluate import load_policy
-    from toolgym.trainers.rollout import rollout_groups
-    from toolgym.trainers.train_cmd import env_tasks, make_envs
+    from toolgym.trainers.checkpoint import load_policy
+    from toolgym.agents.rollout import rollout_groups
+    from toolgym.evaluation.evaluate import env_tasks, make_envs
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     default_policy = ROOT / "runs" / "sft_warmstart" / "model"

@@ -1,6 +1,6 @@
 """Training examples for the trainable retrieval pieces (MagicSelector §4, §3.3).
 
-Plain data building, no torch: the training loops live in ``toolgym.trainers.fit_*``.
+Plain data building, no torch: the training loops live in ``toolgym.fitting.*``.
 
 - retriever / reranker: positive (query, tool) pairs, random negatives (Algorithm 1, line 2),
   hard negatives = a teacher's top-scored wrong tools (eq. 22), contrastive triples, point-wise

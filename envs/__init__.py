@@ -6,7 +6,7 @@ id of each per bundled benchmark (``toolgym envs`` lists them). See docs/envs.md
 Exported here is what a user needs: the environments, the action protocol, registration and
 the shared dataset/index caches. The pieces behind them live in their modules: ``base`` (what
 both envs share), ``actions`` / ``syntax`` / ``checks`` / ``tokens`` / ``prompts`` /
-``rendering`` (re-exported together by ``toolgym.envs.protocol``), ``curriculum``, ``registry``,
+``rendering`` (the action protocol, split by concern), ``curriculum``, ``registry``,
 ``resources``, ``spaces``, ``vector``.
 """
 from toolgym.envs.actions import CATEGORY_MODES, PROTOCOLS, Action, CategoryMode, Invalid, ProtocolName, Search, Submit

@@ -1,6 +1,6 @@
 """``ToolSearchEnv``: multi-turn tool search (ToolSearcher), a text-in text-out gymnasium env.
 
-Each turn the policy writes one call (see :mod:`toolgym.envs.protocol`): ``search`` returns
+Each turn the policy writes one call (see :mod:`toolgym.envs.syntax`): ``search`` returns
 the top-``top_k`` tools rendered as text, ``submit`` ends the episode. Errors never raise;
 they come back as an observation and are counted in ``info``. Gold ids are only used for the
 records in ``info`` (``first_found``, the final trajectory) and the reward, never in ``obs``.

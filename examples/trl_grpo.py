@@ -5,8 +5,8 @@ The environment is toolgym's, run through :mod:`toolgym.integrations.trl` (TRL's
 the env through a toolgym outcome module, ``grpo_f1`` by default). The model is the packaged
 SmolLM2 GGUF (``--model smollm2``) or a supervised warm start (``--model runs/.../sft/model``,
 what ``toolgym sft`` writes). Before and after training the same held-out tasks are evaluated by
-toolgym's own evaluator (greedy, one episode per task, :func:`toolgym.trainers.paired_eval.evaluate_per_task`)
-and compared pairwise (:func:`toolgym.trainers.paired_eval.compare`). The tokenizer both times is
+toolgym's own evaluator (greedy, one episode per task, :func:`toolgym.evaluation.paired.evaluate_per_task`)
+and compared pairwise (:func:`toolgym.evaluation.paired.compare`). The tokenizer both times is
 the one TRL trained with (:func:`toolgym.integrations.trl.prepare_tokenizer`).
 
 Writes ``--out`` (default ``benchmarks/results/trl_grpo.json``): settings, TRL's log history,
@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def evaluate(model, tokenizer, env_kwargs, n):
     from toolgym.agents.hf_policy import HFChatPolicy
-    from toolgym.trainers.paired_eval import evaluate_per_task
+    from toolgym.evaluation.paired import evaluate_per_task
 
     policy = HFChatPolicy(model, tokenizer, {"max_new_tokens": 96, "temperature": 0.0})
     model.eval()
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
 
     from toolgym.agents.hf_policy import lora_config, load_causal_lm
     from toolgym.integrations import trl as tg
-    from toolgym.trainers.paired_eval import compare
+    from toolgym.evaluation.paired import compare
 
     if args.threads:
         torch.set_num_threads(args.threads)

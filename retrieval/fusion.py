@@ -1,13 +1,16 @@
 """Fusing several ranked lists into one (decomposition subtasks, hybrid retrieval).
 
-All fusers deduplicate: a tool keeps its best position. Ties break by the order of the
-input lists, so results are deterministic.
+The list fusers deduplicate: a tool keeps its best position. Ties break by the order of the
+input lists, so results are deterministic. :func:`fuse_standardised` fuses whole score
+matrices instead (hybrid retrieval: every tool has a BM25 and a dense score).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+
+import numpy as np
 
 
 def fuse_round_robin(rankings: Sequence[Sequence[str]], k: int | None = None) -> list[str]:
@@ -89,6 +92,44 @@ def fuse_max_score(
                 best[tool] = float(value)
     order = sorted(best, key=lambda t: -best[t])
     return order[:k] if k is not None else order
+
+
+def standardise_rows(scores: np.ndarray) -> np.ndarray:
+    """Each row as z-scores over its own columns: (s - mean) / std (float64; a constant row is 0).
+
+    A retriever's raw scores have no common scale (BM25 sums idf weights, cosine lies in
+    [-1, 1]); how many standard deviations a tool stands above the candidate set is comparable
+    across retrievers, queries and corpora, and it keeps how far ahead a confident top hit is,
+    which ranks throw away.
+    """
+    x = np.asarray(scores, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"expected a (queries x tools) matrix, got shape {x.shape}")
+    mean = x.mean(axis=1, keepdims=True)
+    std = x.std(axis=1, keepdims=True)
+    out = x - mean
+    np.divide(out, std, out=out, where=std > 0)
+    out[(std == 0).ravel()] = 0.0
+    return out
+
+
+def fuse_standardised(score_matrices: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
+    """Σ_i weights[i] · standardise_rows(score_matrices[i]): one fused score per (query, tool).
+
+    Every matrix scores the same tools in the same column order (the whole candidate set, so
+    no tool is missing from a list and no depth is needed). Weights must be finite and >= 0.
+    """
+    if len(score_matrices) != len(weights) or not score_matrices:
+        raise ValueError("fuse_standardised needs one weight per score matrix (and at least one)")
+    if any(not math.isfinite(w) or w < 0 for w in weights):
+        raise ValueError(f"fusion weights must be finite and >= 0, got {list(weights)}")
+    shape = np.shape(score_matrices[0])
+    if any(np.shape(m) != shape for m in score_matrices):
+        raise ValueError(f"score matrices differ in shape: {[np.shape(m) for m in score_matrices]}")
+    fused = np.zeros(shape, dtype=np.float64)
+    for matrix, weight in zip(score_matrices, weights):
+        fused += float(weight) * standardise_rows(matrix)
+    return fused
 
 
 FUSION_METHODS = ("round_robin", "rrf", "max_score")

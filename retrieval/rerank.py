@@ -6,7 +6,7 @@ offline here, so ``CrossEncoderReranker(model=None)`` builds a sentence-transfor
 (``num_labels=1``). That head is randomly initialised (seeded, so runs repeat): its scores are
 close to constant and its order is close to arbitrary until it is fine-tuned. ``toolgym
 fit-reranker`` trains it (MagicSelector's progressive point-wise -> list-wise -> self-distilled
-reranker, ``toolgym.trainers.fit_reranker``); pass ``model=`` a trained cross-encoder folder
+reranker, ``toolgym.fitting.reranker``); pass ``model=`` a trained cross-encoder folder
 (``runs/fit_reranker/distilled``) or a cached HF id to rerank for real.
 """
 from __future__ import annotations

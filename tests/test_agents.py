@@ -10,9 +10,9 @@ import toolgym.envs  # noqa: F401
 from toolgym.agents import Agent, OracleAgent, RandomAgent, RawQueryAgent, format_search, format_submit, make_agent
 from toolgym.data.records import Task, read_rollouts
 from toolgym.envs import ToolSearchEnv, parse_action
-from toolgym.envs.protocol import Search, Submit
+from toolgym.envs.actions import Search, Submit
 from toolgym.retrieval.corpus import Tool, ToolCorpus
-from toolgym.trainers.agent_eval import evaluate_agent
+from toolgym.evaluation.evaluate import evaluate_agent
 
 CORPUS = ToolCorpus(
     [
@@ -126,7 +126,7 @@ def test_evaluate_agent_by_id_with_limit_and_invalid_rate():
 
 
 def test_eval_cli_runs_an_agent(tmp_path, capsys):
-    from toolgym.trainers.cli import main
+    from toolgym.cli.main import main
 
     out = tmp_path / "m.json"
     code = main(["eval", "--env", "toolgym/ToolSearch-v0", "--agent", "raw", "--limit", "5", "--json", str(out)])

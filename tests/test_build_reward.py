@@ -70,7 +70,7 @@ def _by_verl(shape, env, env_kwargs):
 
 
 def _by_replay(shape, env, tmp_path):
-    from toolgym.trainers.replay_cmd import build_scheme, make_index
+    from toolgym.evaluation.replay import build_scheme, make_index
 
     path = tmp_path / "reward.yaml"
     path.write_text(yaml.safe_dump({"reward": {} if shape is None else shape}))

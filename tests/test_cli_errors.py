@@ -1,4 +1,4 @@
-"""Bad input through ``toolgym.trainers.cli.main``: exit status 2, one line on stderr, nothing
+"""Bad input through ``toolgym.cli.main.main``: exit status 2, one line on stderr, nothing
 lost; real bugs keep their traceback. Also: ``toolgym eval --tasks/--corpus`` with an agent or
 a policy runs on the user's own data."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from toolgym.data.records import Task, read_rollouts
 from toolgym.retrieval.corpus import Tool
 from toolgym.trainers import checkpoint as ckpt
-from toolgym.trainers.cli import is_user_error, main
+from toolgym.cli.main import is_user_error, main
 
 TOOLS = [
     Tool("weather_now", "weather_now", "Current weather, temperature and wind for a city."),
@@ -227,7 +227,7 @@ def test_user_errors_versus_bugs(monkeypatch, capsys):
     for exc in (TypeError("x"), AttributeError("x"), IndexError("x"), RuntimeError("x"), ZeroDivisionError()):
         assert not is_user_error(exc), exc
 
-    import toolgym.trainers.envs_cmd as envs_cmd
+    import toolgym.cli.envs as envs_cmd
 
     def buggy(args):
         raise TypeError("a bug: keep the traceback")

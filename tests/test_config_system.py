@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from toolgym.trainers.cli import main
+from toolgym.cli.main import main
 from toolgym.trainers.config import MAX_CONFIG_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent

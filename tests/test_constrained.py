@@ -27,7 +27,7 @@ from toolgym.agents.policy import ChatPolicy
 from toolgym.envs.actions import Search, Submit
 from toolgym.envs.syntax import parse_action, render_call
 from toolgym.trainers.grpo import GRPOTrainer, TokenBatch, response_logprobs
-from toolgym.trainers.rollout import collect_rollouts
+from toolgym.agents.rollout import collect_rollouts
 
 
 def constrained(model, tokenizer, temperature=1.0, max_new_tokens=96, **kwargs):
@@ -242,7 +242,7 @@ def test_old_logprobs_equal_sampling_logprobs_and_the_ratio_is_one(tokenizer, ti
 def test_config_key_builds_the_constrained_policy():
     from toolgym.trainers.config import load_train_config
     from toolgym.trainers.config import ModelConfig
-    from toolgym.trainers.evaluate import build_policy
+    from toolgym.agents.model import build_policy
 
     cfg = load_train_config(None, ["model.name=tiny-llama", "model.constrained=toolsearch"])
     policy = build_policy(cfg.model, {"max_new_tokens": 48})
@@ -274,7 +274,8 @@ def test_a_constrained_training_run_and_its_checkpoint_evaluation(tmp_path):
     """`toolgym train ... model.constrained=toolsearch`: no invalid action, ratio 1 on the first
     update; the checkpoint evaluates constrained (its config says so)."""
     from toolgym.trainers.config import load_train_config
-    from toolgym.trainers.evaluate import evaluate_policy
+    from toolgym.evaluation.evaluate import evaluate_policy
+    from toolgym.trainers.checkpoint import load_policy
     from toolgym.trainers.train import train
 
     overrides = ["model.name=tiny-llama", "model.constrained=toolsearch", f"run_dir={tmp_path / 'run'}",
@@ -283,6 +284,6 @@ def test_a_constrained_training_run_and_its_checkpoint_evaluation(tmp_path):
     train(load_train_config(None, overrides), progress=False)
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert row["invalid_rate"] == 0.0 and row["ratio"] == pytest.approx(1.0, abs=1e-6)
-    result = evaluate_policy(str(tmp_path / "run"), "toolgym/ToolSearch-v0", split="heldout", num_tasks=2,
+    result = evaluate_policy(load_policy(str(tmp_path / "run")), "toolgym/ToolSearch-v0", split="heldout", num_tasks=2,
                              env_kwargs={"max_turns": 2}, max_new_tokens=40, progress=False)
     assert result["invalid_rate"] == 0.0 and result["num_tasks"] == 2

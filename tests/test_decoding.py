@@ -14,7 +14,7 @@ from toolgym.agents.decoding import DecodeEngine, LeanWeights, sampling_dtype, _
 from toolgym.agents.hf_policy import HFChatPolicy, apply_lora, tiny_causal_lm
 from toolgym.agents.policy import SamplingConfig
 from toolgym.trainers.grpo import GRPOTrainer, TokenBatch, truncated_importance_weight
-from toolgym.trainers.rollout import collect_rollouts
+from toolgym.agents.rollout import collect_rollouts
 
 MESSAGES = [{"role": "system", "content": "You find tools."}, {"role": "user", "content": "Book a flight to Oslo"}]
 

@@ -76,7 +76,7 @@ def test_reference_demonstrator_answers_with_the_reference_subtasks(seal):
 
     import toolgym.envs  # noqa: F401
     from toolgym.envs.decomposition import DecompositionEnv
-    from toolgym.trainers.agent_eval import run_episode
+    from toolgym.evaluation.evaluate import run_episode
 
     base = next(t for t in seal.tasks if len(t.gold) >= 2)
     task = Task(id="ref", query=base.query, gold=base.gold, subtasks=("Find the weather  in Paris", "Book a table"))
@@ -111,7 +111,7 @@ def test_make_demonstrator_names():
 
 
 def test_demos_cli_writes_rollouts_and_stats(tmp_path, capsys):
-    from toolgym.trainers.cli import main
+    from toolgym.cli.main import main
 
     out = tmp_path / "demos.jsonl"
     rc = main(["demos", "toolgym/ToolSearch-v0", "--agent", "clauses_top1", "--limit", "6", "--out", str(out),
@@ -130,7 +130,7 @@ def test_demos_help_lists_every_demonstrator():
     import argparse
 
     from toolgym.agents.demonstrators import DEMONSTRATORS
-    from toolgym.trainers.demos import add_arguments
+    from toolgym.cli.demos import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -26,7 +26,19 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "benchmarks.md"
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmark scripts import _report
+
+
+def bench(name: str):
+    """A benchmark script as a module, by path (``retrieval`` / ``ladder`` are package names too)."""
+    import importlib.util
+
+    if f"bench_{name}" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[f"bench_{name}"]
 
 SECTION = re.compile(
     r"<!-- (?P<name>[\w-]+):start -->\n## (?P<title>[^\n]*)\n\n_(?P<machine>[^\n]*), (?P<date>[0-9T:+-]+)_ "
@@ -59,7 +71,7 @@ def test_every_section_is_stamped_by_its_results_file():
 
 
 def check_learning(doc_text: str | None = None) -> None:
-    import learning
+    learning = bench("learning")
 
     data = payload("learning")
     assert sections(doc_text)["learning"]["body"] == learning.report_body(data["results"], learning.report_args(data)).strip()
@@ -93,7 +105,7 @@ def test_learning_section_renders_from_its_results_and_rows():
 
 
 def test_demos_section_renders_from_its_per_task_rows():
-    import demos
+    demos = bench("demos")
     from _report import markdown_table
 
     data = payload("demos")
@@ -116,7 +128,7 @@ def test_there_are_ladder_sections():
 
 @pytest.mark.parametrize("name", ladder_sections())
 def test_ladder_section_renders_from_its_results(name):
-    import ladder
+    ladder = bench("ladder")
 
     data = payload(name)
     body = sections()[name]["body"]
@@ -139,7 +151,7 @@ def test_ladder_section_renders_from_its_results(name):
 
 
 def test_retrieval_section_renders_from_its_results_and_rows():
-    import retrieval
+    retrieval = bench("retrieval")
 
     data = payload("retrieval")
     assert sections()["retrieval"]["body"] == retrieval.report_markdown(data).strip()
@@ -182,8 +194,8 @@ def paired_gains_from_rows() -> set[str]:
     """Every "gain ± se" (3 decimals) between two stages of one learning_tasks.json entry."""
     import itertools
 
-    import learning
-    from toolgym.trainers.paired_eval import compare
+    learning = bench("learning")
+    from toolgym.evaluation.paired import compare
 
     out = set()
     for entry in learning.load_task_runs(RESULTS / "learning_tasks.json")["runs"].values():
@@ -193,18 +205,68 @@ def paired_gains_from_rows() -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("doc, start, end", [
-    ("README.md", "**What the quickstart shows", "The credit schemes, compared"),
-    ("docs/learning.md", "### Measured", "**Credit schemes on ToolSearch-v0"),
+@pytest.mark.parametrize("doc, start, ends", [
+    ("README.md", "**What the quickstart shows", ("The credit schemes", "One `make quickstart` run")),
+    ("docs/learning.md", "### Measured", ("**Credit schemes", "### Credit schemes", "## Constrained decoding")),
 ])
-def test_learning_gains_in_the_docs_are_recomputed_from_rows(doc, start, end):
+def test_learning_gains_in_the_docs_are_recomputed_from_rows(doc, start, ends):
     """The learning results quoted in README / docs/learning.md: each paired gain ± se is one that
     the per-task rows give (the quickstart's own 16-request run and the credit-scheme runs are
     outside these spans)."""
     text = (ROOT / doc).read_text()
-    span = text[text.index(start):text.index(end)]
+    begin = text.index(start)
+    span = text[begin:min(i for i in (text.find(e, begin) for e in ends) if i > 0)]  # up to the first end marker
     quoted = re.findall(r"[+−-]\d\.\d{3} ± \d\.\d{3}", span)
     assert quoted
     known = paired_gains_from_rows()
     unbacked = [q for q in quoted if q.replace("−", "-") not in known]
     assert not unbacked, f"{doc}: gains with no per-task rows behind them: {unbacked}"
+
+
+FIRST_STAGE_RUNGS = ("BM25", "dense (MiniLM)", "hybrid (BM25 + MiniLM)")  # need no trained model
+
+
+def test_untrained_ladder_rungs_match_a_run_with_per_query_rows():
+    """Ladder runs from before the rows were kept: their untrained first-stage rungs must print the
+    same numbers as a later run that kept per-query rows on the same queries (same dataset, same
+    sample size of the same total). The fine-tuned, rerank and decomposition rungs need the trained
+    models of their run and have no rows."""
+    with_rows = {n: payload(n) for n in ladder_sections() if (RESULTS / f"{n}_queries.json").exists()}
+    assert with_rows, "no ladder run with per-query rows"
+    checked = 0
+    for name in ladder_sections():
+        if name in with_rows:
+            continue
+        for dataset, res in payload(name)["results"].items():
+            for other in with_rows.values():
+                ref = other["results"].get(dataset)
+                if ref is None or (ref["queries"], ref["of"]) != (res["queries"], res["of"]):
+                    continue
+                for rung in FIRST_STAGE_RUNGS:
+                    for key in ("N@5", "C@10", "C@20"):
+                        assert f"{res['rungs'][rung][key]:.1f}" == f"{ref['rungs'][rung][key]:.1f}", (name, dataset, rung, key)
+                        checked += 1
+    assert checked
+
+
+def test_bm25_reference_renders_from_its_rows_and_is_the_datasets_table():
+    ref = bench("bm25_reference")
+
+    data = payload("bm25_reference")
+    assert ref.table(data["runs"]) in sections()["bm25_reference"]["body"]
+    rows = json.loads((RESULTS / "bm25_reference_queries.json").read_text())
+    for run in data["runs"]:
+        cols = rows[ref.run_key(run)]
+        assert len(cols["task_id"]) == run["queries"]
+        for m in ref.METRICS:
+            assert close(sum(cols[m]) / len(cols[m]), run["means"][m]), (run["label"], m)
+    # docs/datasets.md's "BM25 reference" table prints the same numbers
+    text = (ROOT / "docs" / "datasets.md").read_text()
+    printed = {}
+    for line in text[text.index("## BM25 reference"):].split("\n## ")[0].splitlines():
+        cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 5 and cells[1] in ("none", "english"):
+            printed[(cells[0], cells[1])] = cells[2:]
+    expected = {(r["label"], r["stemmer"] or "none"): [f"{r['means'][m]:.1f}" for m in ref.METRICS]
+                for r in data["runs"]}
+    assert printed == expected

@@ -217,7 +217,7 @@ def test_ids_without_their_data_fail_in_one_line_and_are_listed_unavailable(tmp_
     code = """
 import gymnasium, toolgym.envs
 from toolgym.envs import DatasetUnavailableError, unavailable_reason
-from toolgym.trainers.cli import main
+from toolgym.cli.main import main
 reason = unavailable_reason("toolgym/ToolSearch-UltraTool-v0")
 assert reason and "TOOLGYM_SHARED_DATA" in reason and "../shared/data" in reason, reason
 assert unavailable_reason("toolgym/ToolSearch-v0") is None  # bundled data needs no shared folder

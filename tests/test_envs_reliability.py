@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from toolgym.data.records import Task
 from toolgym.envs import ToolSearchEnv
-from toolgym.envs.protocol import Invalid, check_action, parse_action
+from toolgym.envs.actions import Invalid
+from toolgym.envs.checks import check_action
+from toolgym.envs.syntax import parse_action
 from toolgym.retrieval.corpus import Tool, ToolCorpus
 
 CORPUS = ToolCorpus(

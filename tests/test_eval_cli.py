@@ -6,7 +6,7 @@ import pytest
 from toolgym.data import load_dataset, save_corpus_and_tasks
 from toolgym.retrieval import build_index
 from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
-from toolgym.trainers.cli import main
+from toolgym.cli.main import main
 
 
 @pytest.fixture(scope="module")

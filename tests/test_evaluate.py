@@ -10,7 +10,7 @@ import toolgym.envs  # noqa: F401  (registers the env ids)
 from conftest import tool_call
 from toolgym.agents.scripted import format_search, format_submit
 from toolgym.data.records import SearchEvent, Task, Trajectory
-from toolgym.trainers.evaluate import (GOLD_INFO_KEYS, agent_view, episode_metrics, evaluate, evaluate_agent,
+from toolgym.evaluation.evaluate import (GOLD_INFO_KEYS, agent_view, episode_metrics, evaluate, evaluate_agent,
                                        paired_difference, run_episode)
 
 

@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from toolgym.trainers.cli import main
+from toolgym.cli.main import main
 from toolgym.trainers.export_hf import TOOLS_HEADER, export_hf, load_export, task_rows
 from toolgym.trainers.export_verl import export_rows
 

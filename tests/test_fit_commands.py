@@ -10,7 +10,7 @@ import pytest
 from toolgym.data import load_corpus, load_dataset
 from toolgym.retrieval import build_index
 from toolgym.retrieval.corpus import ToolCorpus
-from toolgym.trainers.cli import main
+from toolgym.cli.main import main
 
 
 def _write_slice(tmp_path, corpus, tasks, extra_tools=30):

@@ -2,7 +2,7 @@
 steps a time budget allows, never lr 0 (hand-computed factors, and a budget-cut optimiser run)."""
 import pytest
 
-from toolgym.trainers.fit_common import Budget, BudgetedWarmupDecay, budgeted_schedule, warmup_decay_factor
+from toolgym.fitting.common import Budget, BudgetedWarmupDecay, budgeted_schedule, warmup_decay_factor
 
 
 def test_warmup_decay_factor_hand_computed():

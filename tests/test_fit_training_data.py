@@ -168,7 +168,7 @@ def test_embedding_cache_is_keyed_by_the_weights_of_a_model_folder(tmp_path, mon
 
 
 def test_mine_with_index_is_eq_22_over_the_index_list(seal, bm25):
-    from toolgym.trainers.fit_retriever import mine_with_index
+    from toolgym.fitting.retriever import mine_with_index
 
     tasks = [t for t in seal.tasks if len(t.gold) >= 2][:4]
     mined = mine_with_index(bm25, tasks, k=3, depth=20)
@@ -178,7 +178,7 @@ def test_mine_with_index_is_eq_22_over_the_index_list(seal, bm25):
 
 
 def test_a_share_of_a_spent_budget_is_spent_and_zero_means_no_limit():
-    from toolgym.trainers.fit_common import Budget
+    from toolgym.fitting.common import Budget
 
     used = Budget(1 / 60)  # one second
     used.start -= 5  # five seconds ago

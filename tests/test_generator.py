@@ -365,7 +365,7 @@ def test_hf_chat_policy_backend_runs_a_real_model(seal):
 
 # -- CLI and environments -----------------------------------------------------------------------
 def test_generate_cli_writes_readable_files(tmp_path, capsys):
-    from toolgym.trainers.cli import main
+    from toolgym.cli.main import main
 
     cfg = tmp_path / "gen.yaml"
     cfg.write_text("library: {dataset: api_bank}\ngenerator: {seed: 3, dialogues: {train: 8, ood: 2}}\n")
@@ -389,7 +389,7 @@ def test_generate_cli_writes_readable_files(tmp_path, capsys):
     ("library: {dataset: seal_tools, corpus: x.jsonl}\n", [], "exactly one"),
 ])
 def test_generate_cli_bad_config_is_one_line(tmp_path, capsys, text, setting, message):
-    from toolgym.trainers.cli import main
+    from toolgym.cli.main import main
 
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(text)
@@ -403,7 +403,7 @@ def test_registered_envs_use_the_shipped_config():
     from omegaconf import OmegaConf
 
     from toolgym.envs.dialogue import DIALOGUE_CONFIG, DIALOGUE_LIBRARY
-    from toolgym.trainers.generate_cmd import load_generate_config
+    from toolgym.cli.generate import load_generate_config
 
     shipped = load_generate_config(CONFIGS / "generate_seal_tools.yaml")
     assert shipped.library.dataset == DIALOGUE_LIBRARY and shipped.library.corpus is None

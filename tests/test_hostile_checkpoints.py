@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from toolgym.trainers import checkpoint as ckpt
-from toolgym.trainers.cli import main
+from toolgym.cli.main import main
 from conftest import one_error_line
 
 CONFIG = {"model": {"name": "tiny-llama"},

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from toolgym.trainers.cli import main
+from toolgym.cli.main import main
 from conftest import one_error_line
 
 TINY = {"model": {"name": "tiny-llama"},
@@ -54,7 +54,7 @@ def test_model_dtype_applies_to_tiny_llama_too(dtype):
     import torch
 
     from toolgym.trainers.config import ModelConfig
-    from toolgym.trainers.evaluate import build_policy
+    from toolgym.agents.model import build_policy
 
     policy = build_policy(ModelConfig(name="tiny-llama", dtype=dtype, device="cpu"), {"max_new_tokens": 2})
     assert next(policy.model.parameters()).dtype == getattr(torch, dtype)  # was silently float32
@@ -86,7 +86,7 @@ BOMB = ["env.kwargs.a0=" + "x" * 10] + [
 
 def test_interpolation_bomb_in_overrides_is_refused_quickly(tmp_path):
     """Run in a subprocess with a timeout: on the old code this hung (past 120 s)."""
-    code = ("import sys; from toolgym.trainers.cli import main; "
+    code = ("import sys; from toolgym.cli.main import main; "
             f"sys.exit(main(['train', {_config(tmp_path)!r}, *{BOMB!r}, '--print-config']))")
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -127,7 +127,7 @@ def test_bad_topk_fails_before_any_index_is_built(monkeypatch, capsys, topk):
 def test_ctrl_c_is_one_line_exit_130_and_the_run_resumes(tmp_path):
     config = _config(tmp_path, steps=20)
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "toolgym.trainers.cli", "train", config, "--no-progress"]
+    cmd = [sys.executable, "-m", "toolgym.cli.main", "train", config, "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and not list((run / "checkpoints").glob("step_*")):

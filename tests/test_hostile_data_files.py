@@ -18,8 +18,8 @@ from toolgym.data import DatasetFormatError, load_dataset
 from toolgym.data.loaders import DATASETS
 from toolgym.data.records import Task
 from toolgym.retrieval.corpus import Tool
-from toolgym.trainers.cli import main
-from toolgym.trainers.evaluate import agent_view
+from toolgym.cli.main import main
+from toolgym.evaluation.evaluate import agent_view
 from conftest import one_error_line
 
 BUNDLED = [name for name, spec in DATASETS.items() if spec.bundled]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from toolgym.trainers import checkpoint as ckpt
-from toolgym.trainers.cli import check_output_file, main
+from toolgym.cli.main import check_output_file, main
 
 
 def _char_device(tmp_path: Path) -> Path:

@@ -11,7 +11,7 @@ import pytest
 
 from toolgym.data import load_dataset
 from toolgym.data.records import SearchEvent, Trajectory, write_rollouts
-from toolgym.trainers.cli import main
+from toolgym.cli.main import main
 
 
 @pytest.fixture(scope="module")

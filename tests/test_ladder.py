@@ -7,8 +7,8 @@ import pytest
 from toolgym.data import load_dataset
 from toolgym.retrieval import build_index
 from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
-from toolgym.trainers.cli import main
-from toolgym.trainers.ladder import (LADDER_DATASETS, NOT_TRAINED, RUNG_ORDER, STAGE_LABELS, ladder_markdown,
+from toolgym.cli.main import main
+from toolgym.evaluation.ladder import (LADDER_DATASETS, NOT_TRAINED, RUNG_ORDER, STAGE_LABELS, ladder_markdown,
                                      load_ladder_data, reranker_stages, run_ladder)
 
 
@@ -131,7 +131,7 @@ def test_ladder_with_a_reranker_folder_has_its_rung(tmp_path):
 
 @pytest.mark.slow  # a tiny random Llama writes the subtasks
 def test_trained_decomposer_rung_runs_the_policy_on_the_ladder_tasks():
-    from toolgym.trainers.ladder import decomposer_rung
+    from toolgym.evaluation.ladder import decomposer_rung
 
     data = load_ladder_data("metatool_multi", limit=3)
     out = decomposer_rung(data, "tiny-llama", log=lambda m: None)

@@ -5,23 +5,12 @@ import json
 
 import pytest
 
-from toolgym.envs.protocol import (
-    Invalid,
-    Search,
-    Submit,
-    RustTokenizerCounter,
-    TokenizerCounter,
-    WordCounter,
-    allocate_budget,
-    check_action,
-    make_counter,
-    parse_action,
-    render_error,
-    render_results,
-    search_schema,
-    submit_schema,
-    system_prompt,
-)
+from toolgym.envs.actions import Invalid, Search, Submit
+from toolgym.envs.checks import check_action
+from toolgym.envs.prompts import search_schema, submit_schema, system_prompt
+from toolgym.envs.rendering import allocate_budget, render_error, render_results
+from toolgym.envs.syntax import parse_action
+from toolgym.envs.tokens import RustTokenizerCounter, TokenizerCounter, WordCounter, make_counter
 from toolgym.retrieval.corpus import Tool, ToolCorpus
 
 CORPUS = ToolCorpus(
@@ -265,7 +254,7 @@ HOSTILE = {
 def test_hostile_turns_parse_fast_and_give_bounded_errors(name, protocol):
     import time
 
-    from toolgym.envs.protocol import MAX_REASON_CHARS
+    from toolgym.envs.actions import MAX_REASON_CHARS
 
     text = HOSTILE[name]
     start = time.perf_counter()
@@ -291,7 +280,7 @@ def test_unexpected_keys_are_listed_briefly():
 # -- render_call: the inverse of parse_action ---------------------------------------------------
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from toolgym.envs.protocol import render_call  # noqa: E402
+from toolgym.envs.syntax import render_call  # noqa: E402
 
 _words = st.text(min_size=1, max_size=40).map(lambda s: " ".join(s.split())).filter(bool)
 _ids = st.text(min_size=1, max_size=30).filter(lambda s: s.strip() and "\x00" not in s)

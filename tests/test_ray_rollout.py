@@ -18,7 +18,7 @@ ray = pytest.importorskip("ray")
 import toolgym.envs  # noqa: F401
 from toolgym.agents.hf_policy import Generation, HFChatPolicy, load_tokenizer, tiny_causal_lm
 from toolgym.trainers.ray_rollout import RayRollout, RemoteIndex, RetrievalServer, init_ray, weights_payload
-from toolgym.trainers.rollout import rollout_groups
+from toolgym.agents.rollout import rollout_groups
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
 
@@ -191,7 +191,8 @@ def test_toolgym_train_with_the_ray_backend_matches_the_local_run(cluster, one_t
     """`toolgym train` with rollout.backend=ray: the loop only picks the backend; with one worker both
     steps' rollouts (the second after a LoRA weight sync) equal the local run's."""
     from toolgym.data.records import read_rollouts
-    from toolgym.trainers.train_cmd import load_train_config, train
+    from toolgym.trainers.config import load_train_config
+    from toolgym.trainers.train import train
 
     base = ["model.name=tiny-llama", "env.kwargs={max_turns: 2}", "sampling.max_new_tokens=6", "grpo.lr=0.001",
             "grpo.lora={r: 2, alpha: 4}", "reward.name=toolsearcher", "train.steps=2", "train.tasks_per_step=1",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from toolgym.data.records import SearchEvent, Task, Trajectory, write_rollouts
-from toolgym.trainers.cli import main
+from toolgym.cli.main import main
 
 PARSER, ENCODER, TEXT_PARSER = "csv_parser", "json_encoder", "csv_to_text"
 FILLER = ["xml_encoder", "yaml_dump", "zip_files", "http_get"]

@@ -181,8 +181,8 @@ def test_embedding_matrix_is_cached_on_disk_by_model_and_corpus_hash(small, dens
     assert build_index(other, "bm25", cache_dir=cache_dir).embedding_cache_path != path
 
 
-def test_hybrid_is_rrf_of_bm25_and_dense(small, cache_dir):
-    hybrid = build_index(small, "hybrid", cache_dir=cache_dir)
+def test_hybrid_rrf_option_is_rrf_of_bm25_and_dense(small, cache_dir):
+    hybrid = build_index(small, "hybrid", cache_dir=cache_dir, hybrid_fusion="rrf")
     lexical = build_index(small, "bm25")
     dense = build_index(small, "dense", cache_dir=cache_dir)
     q = "check the water quality of a lake"
@@ -193,6 +193,44 @@ def test_hybrid_is_rrf_of_bm25_and_dense(small, cache_dir):
     assert res.scores[0] <= 2 / 61 and list(res.scores) == sorted(res.scores, reverse=True)
     cat = small.categories[1]
     assert {small[i].category for i in hybrid.search(q, cat, k=50).ids} == {cat}
+
+
+def _zscore(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return (x - x.mean()) / x.std() if x.std() > 0 else np.zeros_like(x)
+
+
+def test_default_hybrid_is_weighted_zscores_of_bm25_and_cosine(small, cache_dir):
+    """score = w·z(BM25) + (1 − w)·z(cosine), each z over the candidate tools (all, or the
+    category's), computed here from the two retrievers' own full score rows."""
+    from toolgym.retrieval.index import HYBRID_BM25_WEIGHT
+
+    hybrid = build_index(small, "hybrid", cache_dir=cache_dir)
+    assert (hybrid.hybrid_fusion, hybrid.bm25_weight) == ("zscore", HYBRID_BM25_WEIGHT)
+    lexical = build_index(small, "bm25")
+    q = "check the water quality of a lake"
+    n = len(small)
+    bm25_row = np.zeros(n)
+    for tid, sc in zip(*(lambda r: (r.ids, r.scores))(lexical.search(q, k=n))):
+        bm25_row[small.ids.index(tid)] = sc
+    cos_row = hybrid.tool_embeddings() @ hybrid.embed([q])[0]
+    w = HYBRID_BM25_WEIGHT
+    for category in (None, small.categories[1]):
+        cols = np.arange(n) if category is None else np.array([i for i, t in enumerate(small) if t.category == category])
+        fused = w * _zscore(bm25_row[cols]) + (1 - w) * _zscore(cos_row[cols])
+        expected = [small.ids[cols[j]] for j in np.argsort(-fused, kind="stable")[:5]]
+        res = hybrid.search(q, category, k=5)
+        assert list(res.ids) == expected, category
+        np.testing.assert_allclose(res.scores, np.sort(fused)[::-1][:5], rtol=1e-5, atol=1e-6)
+    # A weight of 1 is BM25's order, 0 the dense order (z-scoring keeps each row's order).
+    only_bm25 = build_index(small, "hybrid", cache_dir=cache_dir, bm25_weight=1.0)
+    only_dense = build_index(small, "hybrid", cache_dir=cache_dir, bm25_weight=0.0)
+    hits = lexical.search(q, k=5).ids  # BM25 lists only tools sharing a term; hybrid fills k
+    assert only_bm25.search(q, k=5).ids[: len(hits)] == hits
+    assert only_dense.search(q, k=5).ids == build_index(small, "dense", cache_dir=cache_dir).search(q, k=5).ids
+    for bad in ({"bm25_weight": 1.5}, {"bm25_weight": True}, {"hybrid_fusion": "borda"}):
+        with pytest.raises(ValueError):
+            build_index(small, "hybrid", cache_dir=cache_dir, **bad)
 
 
 def test_bm25_index_embeds_lazily(small, cache_dir):

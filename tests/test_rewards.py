@@ -321,7 +321,7 @@ def test_rollout_turn_advantages_pads_cuts_and_broadcasts():
 
 def test_trainer_and_replay_spread_credit_the_same_way(csv_task, csv_group):
     from toolgym.trainers.grpo import trajectory_token_advantages
-    from toolgym.trainers.replay_cmd import turn_matrix
+    from toolgym.evaluation.replay import turn_matrix
 
     for scheme in ("toolsearcher", "grpo_match"):
         credit = get_reward(scheme).score_group(csv_group, csv_task)

@@ -14,7 +14,7 @@ from toolgym.data.records import SearchEvent, Task, Trajectory, write_rollouts
 from toolgym.rewards import ESM, GroupCredit, LLMJudgeScorer, Preference, build_reward, get_reward, grpo_advantage, register_reward
 from toolgym.rewards import base as reward_base
 from toolgym.rewards.preference import MAX_JUDGE_REPLY_CHARS, PREFERENCE_CRITERIA, parse_judge_scores
-from toolgym.trainers.cli import main
+from toolgym.cli.main import main
 
 TASK = Task(id="d1", query="then book a taxi there", gold=frozenset({"a", "b"}),
             messages=({"role": "user", "content": "find an airport"},),

@@ -168,7 +168,7 @@ def test_judge_parser_never_raises_and_returns_finite_scores(text):
 @SETTINGS
 @given(groups(), st.sampled_from(["toolsearcher", "esm_only", "tca_only", "grpo_f1"]))
 def test_every_consumer_spreads_credit_over_turns_the_same_way(group, scheme):
-    from toolgym.trainers.replay_cmd import turn_matrix
+    from toolgym.evaluation.replay import turn_matrix
 
     task, trajs = group
     credit = get_reward(scheme).score_group(trajs, task)

@@ -9,7 +9,7 @@ from conftest import tool_call as _call
 from toolgym.agents.hf_policy import HFChatPolicy
 from toolgym.rewards import get_reward
 from toolgym.trainers.grpo import trajectory_token_advantages
-from toolgym.trainers.rollout import collect_rollouts, rollout_groups
+from toolgym.agents.rollout import collect_rollouts, rollout_groups
 
 
 def test_retrieved_tokens_are_masked_and_sequence_is_what_the_model_saw(tokenizer, tiny, scripted_policy):

@@ -6,7 +6,7 @@ import pytest
 
 from toolgym.agents.hf_policy import Generation, HFChatPolicy, load_causal_lm
 from toolgym.trainers.demos import collect_demos
-from toolgym.trainers.paired_eval import paired_gain
+from toolgym.evaluation.paired import paired_gain
 from toolgym.trainers.sft import build_examples, episode_tokens, load_sft_config, turn_end_id
 
 
@@ -41,7 +41,7 @@ def _same_layout_as_rollout(policy, env_id, env_kwargs, agents, stop_strings):
     """Demo episodes -> SFT ids; replaying the demo's turn ids through the real env must give the same sequence."""
     import gymnasium
 
-    from toolgym.trainers.rollout import collect_rollouts
+    from toolgym.agents.rollout import collect_rollouts
 
     groups, _ = collect_demos(env_id, agents, split="train", limit=3, env_kwargs=env_kwargs, progress=False)
     assert groups
@@ -121,7 +121,7 @@ def test_config_rejects_unknown_keys(tmp_path):
 
 def test_sft_cli_trains_a_tiny_model_and_saves_a_loadable_folder(tmp_path, capsys):
     from toolgym.data.records import write_rollouts
-    from toolgym.trainers.cli import main
+    from toolgym.cli.main import main
 
     groups, _ = collect_demos("toolgym/ToolSearch-v0", ["clauses_top1"], split="train", limit=4,
                               env_kwargs={"max_turns": 4}, progress=False)
@@ -148,9 +148,9 @@ def test_evaluate_per_task_rows_are_the_evaluators_per_task_numbers():
     decomposition row's ndcg5/c10 are the fused list's N@5/C@10."""
     from toolgym.agents.hf_policy import HFChatPolicy
     from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
-    from toolgym.trainers.evaluate import make_envs
-    from toolgym.trainers.paired_eval import evaluate_per_task
-    from toolgym.trainers.rollout import collect_rollouts
+    from toolgym.evaluation.evaluate import make_envs
+    from toolgym.evaluation.paired import evaluate_per_task
+    from toolgym.agents.rollout import collect_rollouts
 
     policy = HFChatPolicy.from_pretrained("tiny-llama", sampling={"max_new_tokens": 6, "stop_strings": []})
     out = evaluate_per_task(policy, "toolgym/Decompose-v0", {"k": 10, "split": "heldout"}, num_tasks=3, progress=False)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from toolgym.trainers import train_cmd
+from toolgym.cli import train as train_cmd
+from toolgym.evaluation.paired import paired_summary
 
 
 def evals(before: dict[str, float], after: dict[str, float]) -> dict:
@@ -17,7 +18,7 @@ def evals(before: dict[str, float], after: dict[str, float]) -> dict:
 
 def test_paired_summary_on_hand_computed_numbers():
     # d = [0.2, 0.4, 0.0, 0.2]: gain 0.2, std(ddof=1) = sqrt(0.08 / 3) = 0.16330, se = 0.08165 -> 0.2 > 2 se
-    line = train_cmd.paired_summary(evals({"a": 0.0, "b": 0.1, "c": 0.5, "d": 0.3},
+    line = paired_summary(evals({"a": 0.0, "b": 0.1, "c": 0.5, "d": 0.3},
                                           {"a": 0.2, "b": 0.5, "c": 0.5, "d": 0.5}))
     se = math.sqrt(0.08 / 3) / 2
     assert f"+0.200 ± {se:.3f}" == "+0.200 ± 0.082"
@@ -26,16 +27,16 @@ def test_paired_summary_on_hand_computed_numbers():
 
 def test_paired_summary_verdicts_and_missing_sides():
     # d = [-0.1, 0.1]: gain 0, se 0.1 -> within 2 se; d = [-0.5, -0.4, -0.6]: gain -0.5, se 0.0577 -> a loss
-    assert "within 2 se" in train_cmd.paired_summary(evals({"a": 0.5, "b": 0.5}, {"a": 0.4, "b": 0.6}))
-    assert "+0.000 ± 0.100" in train_cmd.paired_summary(evals({"a": 0.5, "b": 0.5}, {"a": 0.4, "b": 0.6}))
-    loss = train_cmd.paired_summary(evals({"a": 1.0, "b": 1.0, "c": 1.0}, {"a": 0.5, "b": 0.6, "c": 0.4}))
+    assert "within 2 se" in paired_summary(evals({"a": 0.5, "b": 0.5}, {"a": 0.4, "b": 0.6}))
+    assert "+0.000 ± 0.100" in paired_summary(evals({"a": 0.5, "b": 0.5}, {"a": 0.4, "b": 0.6}))
+    loss = paired_summary(evals({"a": 1.0, "b": 1.0, "c": 1.0}, {"a": 0.5, "b": 0.6, "c": 0.4}))
     assert "-0.500 ± 0.058" in loss and "below -2 se" in loss
     only_before = evals({"a": 0.5}, {"a": 0.5})
     del only_before["after"]
-    assert train_cmd.paired_summary(only_before) is None
+    assert paired_summary(only_before) is None
     # only the tasks both sides scored are paired
     partial = evals({"a": 0.0, "b": 1.0, "c": 0.0}, {"a": 0.5, "c": 0.5})
-    assert "paired over 2 tasks: +0.500 ± 0.000" in train_cmd.paired_summary(partial)
+    assert "paired over 2 tasks: +0.500 ± 0.000" in paired_summary(partial)
 
 
 def test_train_command_prints_the_paired_line(monkeypatch, tmp_path, capsys):

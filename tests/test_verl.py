@@ -23,7 +23,7 @@ pytest.importorskip("verl")
 import toolgym.envs  # noqa: F401
 from toolgym.agents.hf_policy import Generation, HFChatPolicy, load_tokenizer, tiny_causal_lm
 from toolgym.trainers.grpo import trajectory_token_advantages
-from toolgym.trainers.rollout import collect_rollouts
+from toolgym.agents.rollout import collect_rollouts
 
 import toolgym.trainers.verl as plugin  # noqa: E402  (registers the agent loop and estimator)
 from toolgym.trainers.verl import episodes
@@ -272,7 +272,7 @@ def _verl_dataset(tokenizer, env_id, split, tmp_path, max_tasks=3, env_kwargs=No
     from omegaconf import OmegaConf
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    from toolgym.trainers.cli import main
+    from toolgym.cli.main import main
 
     args = ["export-verl", env_id, "--split", split, "--out", str(tmp_path), "--max-tasks", str(max_tasks)]
     assert main(args + (["--env-kwargs", json.dumps(env_kwargs)] if env_kwargs else [])) == 0
@@ -310,7 +310,7 @@ def test_export_verl_decompose_env_takes_the_answer_as_its_action(tokenizer, tmp
 
 
 def test_export_verl_rejects_bad_input(tmp_path, capsys):
-    from toolgym.trainers.cli import main
+    from toolgym.cli.main import main
 
     assert main(["export-verl", "toolgym/NoSuch-v0", "--out", str(tmp_path)]) == 2
     assert main(["export-verl", "toolgym/ToolSearch-v0", "--out", str(tmp_path), "--env-kwargs", "[1]"]) == 2

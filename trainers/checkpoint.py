@@ -412,3 +412,31 @@ def check_resume(checkpoint: str | Path, config: dict[str, Any]) -> dict[str, An
         raise ValueError(f"cannot resume from {checkpoint}: {what} (these fix the weights' shapes or the task "
                          "order; resume with the checkpoint's values, or start a new run_dir)")
     return state
+
+
+def load_policy(policy_or_checkpoint: Any, sampling: Any = None, device: str | None = None) -> Any:
+    """An :class:`HFChatPolicy` from a policy object, a model name/path, or a ``toolgym train`` checkpoint/run folder."""
+    import dataclasses
+
+    from toolgym.agents.hf_policy import HFChatPolicy, apply_lora
+    from toolgym.agents.model import ModelConfig, build_policy, pick_device
+    from toolgym.trainers.config import strict_dataclass
+
+    if not isinstance(policy_or_checkpoint, (str, Path)):
+        return policy_or_checkpoint
+    path = Path(policy_or_checkpoint)
+    if (path / "checkpoints").is_dir() and not (path / STATE_FILE).exists():
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise FileNotFoundError(f"{path} has no complete checkpoint")
+        path = latest
+    if (path / STATE_FILE).exists():
+        cfg = read_state(path)["config"]
+        model = strict_dataclass(ModelConfig, dict(cfg["model"]), "checkpoint model")
+        policy = build_policy(dataclasses.replace(model, device=device or model.device), sampling or cfg["sampling"])
+        policy.model = apply_lora(policy.model, (cfg.get("grpo") or {}).get("lora"))  # the wrapping training used
+        load_weights(path, policy.model)
+        policy.model.eval()
+        return policy
+    return HFChatPolicy.from_pretrained(str(policy_or_checkpoint), sampling=sampling, device=pick_device(device))
+

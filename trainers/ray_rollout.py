@@ -1,7 +1,7 @@
 """Rollouts on Ray actors for ``toolgym train`` (``rollout.backend: ray``, docs/scale.md).
 
 * **Workers** (:class:`RolloutWorker`, one Ray actor each) hold a policy copy and their own envs
-  and run :func:`toolgym.trainers.rollout.collect_rollouts` on a contiguous chunk of the step's
+  and run :func:`toolgym.agents.rollout.collect_rollouts` on a contiguous chunk of the step's
   episodes: the token ids, loss masks and turn spans are built by the same code as locally.
 * **Weights**: after each update :meth:`RayRollout.sync_weights` puts only what changed into
   the object store once (the LoRA adapter when LoRA is on, else the trainable parameters) and
@@ -34,7 +34,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import ray  # noqa: E402
 import torch  # noqa: E402
 
-from toolgym.trainers.rollout import Rollout, collect_rollouts
+from toolgym.agents.rollout import Rollout, collect_rollouts
 
 if TYPE_CHECKING:
     from toolgym.trainers.config import ModelConfig, RolloutConfig, SamplingConfig
@@ -266,7 +266,7 @@ def _chunks(n: int, parts: int) -> list[tuple[int, int]]:
 
 
 class RayRollout:
-    """Ray rollout backend with the call shape of :func:`toolgym.trainers.rollout.rollout_groups`.
+    """Ray rollout backend with the call shape of :func:`toolgym.agents.rollout.rollout_groups`.
 
     ``policy_factory()`` builds a worker's policy (e.g. ``functools.partial(build_policy, ...)``);
     call :meth:`sync_weights` with the trainer's model before the first step and after each update.
@@ -391,7 +391,7 @@ class RayRollout:
 
     def rollout_groups(self, policy: Any, envs: Sequence[Any], task_refs: Sequence[Any], group_size: int,
                        seed: int = 0, **kwargs: Any) -> list[list[Rollout]]:
-        """Same call and result as :func:`~toolgym.trainers.rollout.rollout_groups`; ``policy`` and
+        """Same call and result as :func:`~toolgym.agents.rollout.rollout_groups`; ``policy`` and
         ``envs`` are the trainer's and unused here (each worker holds its own)."""
         need = len(task_refs) * group_size
         flat_refs = [ref for ref in task_refs for _ in range(group_size)]
@@ -417,6 +417,6 @@ def _worker_policy(model: "ModelConfig", sampling: "SamplingConfig", device: str
     """A rollout worker's policy: the trainer's model config, on the worker's device."""
     import dataclasses
 
-    from toolgym.trainers.evaluate import build_policy
+    from toolgym.agents.model import build_policy
 
     return build_policy(dataclasses.replace(model, device=device), sampling)

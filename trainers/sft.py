@@ -224,7 +224,7 @@ def sft(cfg: SFTConfig, resume: bool = False, progress: bool = True) -> dict[str
     from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments
 
     from toolgym.trainers.plotting import plot_curves
-    from toolgym.trainers.evaluate import build_policy
+    from toolgym.agents.model import build_policy
 
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -339,25 +339,3 @@ def sft(cfg: SFTConfig, resume: bool = False, progress: bool = True) -> dict[str
 
 
 SFT_PANELS = [("loss", "loss (policy tokens)"), ("grad_norm", "gradient norm"), ("learning_rate", "learning rate")]
-
-
-# -- CLI ------------------------------------------------------------------------------------
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="YAML config (configs/sft_toolsearch.yaml); key=value pairs after it override it")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in run_dir")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--print-config", action="store_true", help="print the merged config and exit")
-
-
-def run(args: argparse.Namespace) -> int:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
-    cfg = load_sft_config(args.config, getattr(args, "overrides", None) or [])
-    if args.print_config:
-        print(config_yaml(cfg))
-        return 0
-    summary = sft(cfg, resume=args.resume, progress=not args.no_progress)
-    print(f"{summary['steps']} steps in {summary['seconds']:.0f}s, mean loss {summary['train_loss']:.4f}")
-    print(f"model: {summary['model']}\nmetrics: {summary['run_dir']}/metrics.jsonl")
-    if summary.get("plot"):
-        print(f"plot: {summary['plot']}")
-    return 0

@@ -19,7 +19,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from toolgym.trainers.config import TrainConfig, config_dict, load_train_config, strict_dataclass, validate
-from toolgym.trainers.evaluate import build_policy, choose_tasks, env_tasks, evaluate, make_envs
+from toolgym.agents.model import build_policy
+from toolgym.evaluation.evaluate import choose_tasks, env_tasks, evaluate, make_envs
 
 
 def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, Any]:
@@ -117,7 +118,7 @@ def as_config(cfg: Any) -> TrainConfig:
 def rollout_backend(cfg: Any, model: Any) -> tuple[Any, Any]:
     """``(rollout_groups-like function, backend or None)`` for ``rollout.backend``; Ray workers
     start from ``model``'s current (possibly resumed) weights."""
-    from toolgym.trainers.rollout import rollout_groups
+    from toolgym.agents.rollout import rollout_groups
 
     if cfg.rollout.backend == "local":
         return rollout_groups, None

@@ -25,7 +25,7 @@ MAX_ARGUMENT_CHARS = 32_768  # the env's own action cap: longer calls get an err
 
 
 def _schema_for(name: str) -> OpenAIFunctionToolSchema:
-    from toolgym.envs.protocol import search_schema, submit_schema
+    from toolgym.envs.prompts import search_schema, submit_schema
 
     schema = {"search": search_schema, "submit": submit_schema}[name]()
     return OpenAIFunctionToolSchema.model_validate(schema)

@@ -23,18 +23,18 @@ from pathlib import Path
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "eval": ("toolgym.trainers.eval_cmd", "evaluate a retriever, an agent or a policy on a dataset"),
-    "envs": ("toolgym.trainers.envs_cmd", "list the registered environment ids"),
-    "generate": ("toolgym.trainers.generate_cmd", "generate MagicSelector-style multi-turn dialogues from a YAML config"),
-    "replay": ("toolgym.trainers.replay_cmd", "re-score saved rollouts under several reward schemes"),
-    "train": ("toolgym.trainers.train_cmd", "train a policy with local GRPO from a YAML config"),
-    "export-verl": ("toolgym.trainers.export_verl", "write an env's tasks as the parquet dataset verl reads"),
-    "export-hf": ("toolgym.trainers.export_hf", "write an env's tasks and corpus as a Hugging Face datasets folder (parquet + card)"),
-    "fit-retriever": ("toolgym.trainers.fit_retriever", "fine-tune the MiniLM bi-encoder (InfoNCE + mined hard negatives)"),
-    "fit-reranker": ("toolgym.trainers.fit_reranker", "train the cross-encoder reranker: point-wise, list-wise, self-distilled"),
-    "fit-preference": ("toolgym.trainers.fit_preference", "train the decomposition preference scorer s(x, y) on UltraTool pairs"),
-    "demos": ("toolgym.trainers.demos", "record scripted demonstration episodes (rejection-sampled) as JSONL"),
-    "sft": ("toolgym.trainers.sft", "supervised warm start on demonstration episodes from a YAML config"),
+    "eval": ("toolgym.cli.eval", "evaluate a retriever, an agent or a policy on a dataset"),
+    "envs": ("toolgym.cli.envs", "list the registered environment ids"),
+    "generate": ("toolgym.cli.generate", "generate MagicSelector-style multi-turn dialogues from a YAML config"),
+    "replay": ("toolgym.cli.replay", "re-score saved rollouts under several reward schemes"),
+    "train": ("toolgym.cli.train", "train a policy with local GRPO from a YAML config"),
+    "export-verl": ("toolgym.cli.export_verl", "write an env's tasks as the parquet dataset verl reads"),
+    "export-hf": ("toolgym.cli.export_hf", "write an env's tasks and corpus as a Hugging Face datasets folder (parquet + card)"),
+    "fit-retriever": ("toolgym.cli.fit_retriever", "fine-tune the MiniLM bi-encoder (InfoNCE + mined hard negatives)"),
+    "fit-reranker": ("toolgym.cli.fit_reranker", "train the cross-encoder reranker: point-wise, list-wise, self-distilled"),
+    "fit-preference": ("toolgym.cli.fit_preference", "train the decomposition preference scorer s(x, y) on UltraTool pairs"),
+    "demos": ("toolgym.cli.demos", "record scripted demonstration episodes (rejection-sampled) as JSONL"),
+    "sft": ("toolgym.cli.sft", "supervised warm start on demonstration episodes from a YAML config"),
 }
 # Subcommands whose extra arguments are omegaconf key=value overrides.
 TAKES_OVERRIDES = ("train", "sft", "generate", "fit-retriever", "fit-reranker", "fit-preference")

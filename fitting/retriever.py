@@ -25,13 +25,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from toolgym.trainers.fit_common import (
+from toolgym.fitting.common import (
     FitDataConfig,
     Budget,
     MetricsLog,
     optimizer_step,
-    add_config_arguments,
-    config_from_args,
     budgeted_schedule,
     load_train_eval,
     plot_fit_curves,
@@ -62,10 +60,6 @@ class FitRetrieverConfig(FitDataConfig):
     first_negatives: str = "random"
     hard_negative_rounds: int = 1
     eval_ks: list[int] = field(default_factory=lambda: [1, 5, 10])
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
 
 
 def mean_retrieval_metrics(rankings: Sequence[Sequence[str]], tasks: Sequence[Any], ks: Sequence[int]) -> dict[str, float]:
@@ -208,15 +202,3 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_fit_curves(log.path, out_dir / "curves.png", ["loss", "lr"], "fit-retriever (eq. 13, InfoNCE)")
     return summary
-
-
-def run(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args, FitRetrieverConfig)
-    if args.print_config:
-        from toolgym.trainers.config import config_yaml
-
-        print(config_yaml(cfg))
-        return 0
-    summary = fit_retriever(cfg)
-    print(json.dumps({k: summary[k] for k in ("model_dir", "steps", "elapsed_s", "heldout")}, indent=2))
-    return 0

@@ -33,18 +33,6 @@ from toolgym.data.records import Task, Trajectory, read_rollouts
 from toolgym.rewards import GroupCredit, aggregate_components, build_reward, runtime_needs, scheme_names
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rollouts", help="rollouts JSONL written by toolgym.data.records.write_rollouts")
-    parser.add_argument("--scheme", action="append", required=True, metavar="NAME|CONFIG.yaml",
-                        help=f"reward scheme to score with (repeatable): one of {scheme_names()} or a YAML reward config")
-    parser.add_argument("--out", default="replay_report", help="folder for replay.json / replay.md / replay.png")
-    parser.add_argument("--dataset", default=None,
-                        help="dataset to check every group's task, gold and results against; its corpus is what "
-                             "schemes that retrieve search (e.g. magicselector)")
-    parser.add_argument("--corpus", default=None, help="a tool corpus JSONL instead of --dataset")
-    parser.add_argument("--retriever", default="bm25", choices=("bm25", "dense", "hybrid"), help="retriever for those schemes")
-
-
 @dataclass
 class SchemeScores:
     """One scheme's credit on every group it could score (skipped groups keep their reason)."""
@@ -363,17 +351,3 @@ def replay(path: str, schemes: list[str], out: str | Path, index: Any = None,
     (out / "replay.md").write_text(markdown_report(str(path), report))
     report["png"] = str(plot_report(out, report, scored, groups))
     return report
-
-
-def run(args: argparse.Namespace) -> int:
-    from toolgym.trainers.cli import check_output_dir
-
-    check_output_dir(args.out, "--out")  # before the scoring, not after it
-    dataset, corpus = load_reference(args.dataset, args.corpus)
-    index = make_index(args.dataset, args.corpus, args.retriever, corpus=corpus)
-    report = replay(args.rollouts, args.scheme, args.out, index, dataset=dataset, corpus=corpus)
-    print_table(report)
-    print_checks(report)
-    print(f"wrote {args.out}/replay.json, replay.md, replay.png")
-    # A scheme that could score none of the groups is a failed comparison.
-    return 1 if any(s["groups_scored"] == 0 for s in report["schemes"].values()) else 0

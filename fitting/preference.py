@@ -28,13 +28,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from toolgym.trainers.fit_common import (
+from toolgym.fitting.common import (
     FitDataConfig,
     Budget,
     MetricsLog,
     optimizer_step,
-    add_config_arguments,
-    config_from_args,
     budgeted_schedule,
     load_train_eval,
     plot_fit_curves,
@@ -64,10 +62,6 @@ class FitPreferenceConfig(FitDataConfig):
     warmup_ratio: float = 0.1
     max_length: int = 256
     eval_before: bool = True
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
 
 
 def pairwise_accuracy(scorer: Any, pairs: Sequence[Any]) -> dict[str, Any]:
@@ -106,7 +100,7 @@ def fit_preference(cfg: Any) -> dict[str, Any]:
 
     from toolgym.data.training_data import preference_pairs
     from toolgym.rewards.preference_model import preference_inputs
-    from toolgym.trainers.fit_reranker import load_reranker
+    from toolgym.fitting.reranker import load_reranker
 
     set_seed(int(cfg.seed))
     rng = random.Random(int(cfg.seed))
@@ -167,16 +161,3 @@ def fit_preference(cfg: Any) -> dict[str, Any]:
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_fit_curves(log.path, out_dir / "curves.png", ["loss", "heldout_accuracy"], "fit-preference (pairwise, eq. 20 form)")
     return summary
-
-
-def run(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args, FitPreferenceConfig)
-    if args.print_config:
-        from toolgym.trainers.config import config_yaml
-
-        print(config_yaml(cfg))
-        return 0
-    summary = fit_preference(cfg)
-    print(json.dumps({k: summary.get(k) for k in ("model_dir", "steps", "elapsed_s", "train_pairs", "heldout_before", "heldout")},
-                     indent=2))
-    return 0

@@ -6,7 +6,7 @@
 pair by pair with :func:`paired_difference`. An actor is either
 
 * a :class:`~toolgym.agents.policy.ChatPolicy` (``HFChatPolicy``): episodes run in batches through
-  :func:`~toolgym.trainers.rollout.collect_rollouts`, with exact token ids; or
+  :func:`~toolgym.agents.rollout.collect_rollouts`, with exact token ids; or
 * an agent (``reset(obs, info)`` / ``act(obs, info) -> str``): one episode at a time. It gets
   only what a policy could see: :func:`agent_view` strips the gold-derived parts of ``info``.
 
@@ -28,7 +28,8 @@ from toolgym.agents.policy import ChatPolicy
 from toolgym.data.records import Task, Trajectory, write_rollouts
 
 if TYPE_CHECKING:
-    from toolgym.trainers.config import ModelConfig, SamplingConfig
+    from toolgym.agents.model import ModelConfig
+    from toolgym.agents.policy import SamplingConfig
 
 # Rates reported in percent; everything else as is.
 PERCENT_KEYS = ("F1", "P", "R", "Match", "SRecall", "invalid", "submitted", "N@5", "C@10")
@@ -221,7 +222,7 @@ def evaluate(actor: Any, envs: Sequence[Any], tasks: Sequence[Task], *, group_si
 
     bar = tqdm(total=len(jobs), desc="episodes", unit="ep", disable=not progress, leave=False)
     if mode == "policy":
-        from toolgym.trainers.rollout import collect_rollouts
+        from toolgym.agents.rollout import collect_rollouts
 
         # at most len(envs) episodes at once; a finished episode's env takes the next task
         rollouts = collect_rollouts(actor, envs, [t.id for t, _ in jobs], seeds=[seed + k for _, k in jobs],
@@ -260,15 +261,15 @@ def evaluate(actor: Any, envs: Sequence[Any], tasks: Sequence[Task], *, group_si
     return result
 
 
-def evaluate_policy(policy_or_checkpoint: Any, env_id: str = "toolgym/ToolSearch-v0", tasks: Sequence[Any] | None = None,
+def evaluate_policy(policy_or_model: Any, env_id: str = "toolgym/ToolSearch-v0", tasks: Sequence[Any] | None = None,
                     split: str | None = "heldout", num_tasks: int | None = 20, env_kwargs: dict[str, Any] | None = None,
                     batch_size: int = 8, temperature: float = 0.0, max_new_tokens: int | None = None,
                     max_context_tokens: int = 4096, reset_options: dict[str, Any] | None = None,
                     progress: bool = True, constrained: str | None = None) -> dict[str, Any]:
     """:func:`evaluate` of a policy: one episode per task, greedy unless ``temperature`` > 0.
 
-    ``policy_or_checkpoint``: a :class:`ChatPolicy`, a model name/path, or a ``toolgym train``
-    checkpoint or run folder (see :func:`load_policy`). ``tasks``: ids or indices; else the first
+    ``policy_or_model``: a :class:`ChatPolicy` or a model name/folder (a ``toolgym train`` run or
+    checkpoint folder loads with :func:`toolgym.trainers.checkpoint.load_policy`). ``tasks``: ids or indices; else the first
     ``num_tasks`` (``None`` = all) of the env built with ``split``. Besides :func:`evaluate`'s keys
     the result has ``env_id``, ``split``, ``num_tasks`` and ``invalid_rate`` (a fraction; kept for
     older readers). ``constrained="toolsearch"`` decodes with
@@ -277,7 +278,7 @@ def evaluate_policy(policy_or_checkpoint: Any, env_id: str = "toolgym/ToolSearch
     """
     from toolgym.agents.constrained import ConstrainedToolSearchPolicy, constrain_policy
 
-    policy = load_policy(policy_or_checkpoint)
+    policy = as_policy(policy_or_model)
     if not isinstance(policy, ConstrainedToolSearchPolicy):
         policy = constrain_policy(policy, constrained)
     kwargs = dict(env_kwargs or {})
@@ -295,6 +296,20 @@ def evaluate_policy(policy_or_checkpoint: Any, env_id: str = "toolgym/ToolSearch
         policy.sampling = saved
     result.update(env_id=env_id, split=split, num_tasks=result["tasks"], invalid_rate=result["invalid"] / 100.0)
     return result
+
+
+def as_policy(policy_or_model: Any, sampling: Any = None, device: str | None = None) -> Any:
+    """A policy object as it is; a model name or folder loaded as an :class:`HFChatPolicy`."""
+    if not isinstance(policy_or_model, (str, Path)):
+        return policy_or_model
+    from toolgym.agents.hf_policy import HFChatPolicy
+    from toolgym.agents.model import pick_device
+
+    path = Path(policy_or_model)
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path}: not a model folder (no config.json); a `toolgym train` run or checkpoint "
+                                "folder loads with toolgym.trainers.checkpoint.load_policy")
+    return HFChatPolicy.from_pretrained(str(policy_or_model), sampling=sampling, device=pick_device(device))
 
 
 def evaluate_agent(env_id_or_env: Any, agent: Any, *, dataset: str | None = None, split: str | None = None,
@@ -341,7 +356,7 @@ def evaluate_agent(env_id_or_env: Any, agent: Any, *, dataset: str | None = None
 
 def format_eval_table(evals: dict[str, Any]) -> str:
     """A plain-text table of evaluations side by side (``{"before": result, "after": result}``), unpaired
-    means ± se; ``toolgym train`` prints the paired gain under it (:func:`~toolgym.trainers.train_cmd.paired_summary`)."""
+    means ± se; ``toolgym train`` prints the paired gain under it (:func:`~toolgym.cli.train.paired_summary`)."""
     keys = [k for k in ("reward", "F1", "Match", "SRecall", "search_turns", "invalid", "submitted")
             if any(k in v for v in evals.values())]
     lines = [f"{'metric':<16}" + "".join(f"{name:>20}" for name in evals)]
@@ -349,59 +364,3 @@ def format_eval_table(evals: dict[str, Any]) -> str:
         cells = [f"{v[k]:.3f} ± {v.get(k + '_se', 0):.3f}" if k in v else "-" for v in evals.values()]
         lines.append(f"{k:<16}" + "".join(f"{c:>20}" for c in cells))
     return "\n".join(lines)  # the paired gain is one line of its own: train_cmd.paired_summary
-
-
-# -- policies ---------------------------------------------------------------------------------
-def pick_device(requested: str | None) -> str:
-    import torch
-
-    if requested:
-        return requested
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def build_policy(model: "ModelConfig", sampling: "SamplingConfig | Mapping[str, Any] | None" = None) -> Any:
-    """An :class:`HFChatPolicy` from a ``model`` config section (``init_from`` wins over ``name``),
-    wrapped in :class:`~toolgym.agents.constrained.ConstrainedToolSearchPolicy` when
-    ``model.constrained`` is set."""
-    from toolgym.agents.constrained import constrain_policy
-    from toolgym.agents.hf_policy import HFChatPolicy
-    from toolgym.trainers.config import MODEL_DTYPES, ModelConfig, model_source
-
-    if not isinstance(model, ModelConfig):
-        raise TypeError(f"build_policy takes a ModelConfig (toolgym.trainers.config), got {type(model).__name__}")
-    if model.dtype is not None and model.dtype not in MODEL_DTYPES:
-        raise ValueError(f"model.dtype={model.dtype!r}: must be one of {', '.join(MODEL_DTYPES)} or null")
-    policy = HFChatPolicy.from_pretrained(model_source(model), sampling=sampling, dtype=model.dtype,
-                                          device=pick_device(model.device))
-    if model.dtype not in (None, "auto"):  # tiny-llama is built, not loaded: the dtype applies to it too
-        import torch
-
-        policy.model.to(getattr(torch, model.dtype))
-    return constrain_policy(policy, model.constrained)
-
-
-def load_policy(policy_or_checkpoint: Any, sampling: Any = None, device: str | None = None) -> Any:
-    """An :class:`HFChatPolicy` from a policy object, a model name/path, or a ``toolgym train`` checkpoint/run folder."""
-    from toolgym.agents.hf_policy import HFChatPolicy, apply_lora
-    from toolgym.trainers import checkpoint as ckpt
-
-    if not isinstance(policy_or_checkpoint, (str, Path)):
-        return policy_or_checkpoint
-    path = Path(policy_or_checkpoint)
-    if (path / "checkpoints").is_dir() and not (path / ckpt.STATE_FILE).exists():
-        latest = ckpt.latest_checkpoint(path)
-        if latest is None:
-            raise FileNotFoundError(f"{path} has no complete checkpoint")
-        path = latest
-    if (path / ckpt.STATE_FILE).exists():
-        cfg = ckpt.read_state(path)["config"]
-        from toolgym.trainers.config import ModelConfig, strict_dataclass
-
-        model = strict_dataclass(ModelConfig, dict(cfg["model"]), "checkpoint model")
-        policy = build_policy(dataclasses.replace(model, device=device or model.device), sampling or cfg["sampling"])
-        policy.model = apply_lora(policy.model, (cfg.get("grpo") or {}).get("lora"))  # the wrapping training used
-        ckpt.load_weights(path, policy.model)
-        policy.model.eval()
-        return policy
-    return HFChatPolicy.from_pretrained(str(policy_or_checkpoint), sampling=sampling, device=pick_device(device))

@@ -137,7 +137,7 @@ def run_ladder(
     for every rung measured here (the trained-policy rung is an env evaluation: none).
     """
     from toolgym.retrieval import build_index
-    from toolgym.trainers.eval_cmd import evaluate_retrieval
+    from toolgym.evaluation.retrieval import evaluate_retrieval
 
     tasks, corpus = data.tasks, data.corpus
     rungs: dict[str, dict[str, Any]] = {}
@@ -215,7 +215,7 @@ def decomposer_rung(data: LadderData, decomposer: str, log: Callable[[str], None
     """A trained decomposition policy on ``toolgym/Decompose-v0`` over the ladder's tasks: the
     env's fused list (BM25 per subtask, round robin, top 10) as N@5 / C@10."""
     from toolgym.envs import register_dataset
-    from toolgym.trainers.evaluate import evaluate_policy
+    from toolgym.evaluation.evaluate import evaluate_policy
 
     name = f"ladder:{data.name}"
     register_dataset(name, data.corpus, data.tasks)

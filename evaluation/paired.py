@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from toolgym.trainers.evaluate import env_tasks, evaluate, make_envs, paired_gain  # paired_gain re-exported
+from toolgym.evaluation.evaluate import env_tasks, evaluate, make_envs, paired_gain  # paired_gain re-exported
 
 
 def evaluate_per_task(policy: Any, env_id: str, env_kwargs: dict[str, Any], num_tasks: int | None = None,
@@ -21,7 +21,7 @@ def evaluate_per_task(policy: Any, env_id: str, env_kwargs: dict[str, Any], num_
                       progress: bool = True) -> dict[str, Any]:
     """One greedy episode per task (the first ``num_tasks`` of the env); per-task rows and means.
 
-    A view of :func:`toolgym.trainers.evaluate.evaluate` (the one evaluator) in row form: rows
+    A view of :func:`toolgym.evaluation.evaluate.evaluate` (the one evaluator) in row form: rows
     hold ``task_id``, ``reward`` (the env return), ``invalid_rate``, ``search_turns``,
     ``submitted``; tool-search rows add ``f1``, ``srecall`` and ``match``; decomposition rows add ``ndcg5``, ``c10`` of the
     fused subtask retrieval and ``subtasks`` (their number).
@@ -57,3 +57,30 @@ def compare(before: dict[str, Any], after: dict[str, Any], key: str = "reward") 
     if ids_b != ids_a:
         raise ValueError("the two evaluations cover different tasks; a paired comparison needs the same ones")
     return paired_gain([r[key] for r in before["rows"]], [r[key] for r in after["rows"]])
+
+
+def paired_summary(evals: dict[str, Any], key: str = "reward") -> str | None:
+    """One line: the paired gain after − before of ``key`` over the tasks both evaluations of
+    ``eval.json`` scored (:func:`~toolgym.evaluation.paired.paired_gain`), and whether it
+    clears 2 standard errors; ``None`` unless both exist with their per-task rows."""
+    from toolgym.evaluation.paired import paired_gain
+
+    before, after = evals.get("before"), evals.get("after")
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return None
+    rows_b, rows_a = before.get("per_task"), after.get("per_task")
+    if not (isinstance(rows_b, dict) and isinstance(rows_a, dict)):
+        return None
+    shared = [t for t in rows_b if t in rows_a]
+    if not shared:
+        return None
+    g = paired_gain([rows_b[t][key] for t in shared], [rows_a[t][key] for t in shared])
+    if g["exceeds_2se"]:
+        verdict = "a gain: above 2 se"
+    elif g["gain"] < -2 * g["se"]:
+        verdict = "a loss: below -2 se"
+    else:
+        verdict = "within 2 se: no change shown"
+    return (f"held-out {key}, after - before, paired over {g['n']} tasks: {g['gain']:+.3f} ± {g['se']:.3f} "
+            f"({g['before']:.3f} -> {g['after']:.3f}; {verdict})")
+

@@ -4,7 +4,7 @@ Retriever mode (default) ranks tools for each task's request, optionally split i
 (``--decompose clauses``), reranked (``--rerank``) and cut to a fixed or dynamic top-K, and
 reports NDCG@k / Recall@k / Completeness@k overall and per group (StableToolBench's G1..G3).
 Ladder mode (``--ladder --dataset X``) prints every rung of the retrieval ladder
-(``toolgym.trainers.ladder``). Agent mode (``--env ID --agent NAME``) and policy mode
+(``toolgym.evaluation.ladder``). Agent mode (``--env ID --agent NAME``) and policy mode
 (``--policy CHECKPOINT``) run whole episodes and report selection F1/P/R/Match, SRecall and turns; with ``--tasks``/``--corpus``
 they run on the user's own data (registered as a dataset the env is built on).
 """
@@ -22,7 +22,7 @@ import numpy as np
 from toolgym.data.records import Task
 from toolgym.retrieval.corpus import ToolCorpus
 from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k, recall_at_k, selection_prf
-from toolgym.trainers.cli import check_output_file
+from toolgym.cli.main import check_output_file
 
 
 def positive_int(text: str) -> int:
@@ -185,113 +185,6 @@ def parse_ks(text: str) -> list[int]:
     return ks
 
 
-def rank_tasks(
-    index: Any,
-    tasks: Sequence[Task],
-    depth: int,
-    decompose: str = "none",
-    reranker: Any = None,
-) -> tuple[list[list[str]], list[list[float]]]:
-    """Ranked ids and scores per task, searched in one batch (clauses flattened into it)."""
-    from toolgym.retrieval.decompose import split_into_clauses
-    from toolgym.retrieval.fusion import fuse_round_robin
-
-    texts = [t.context_text() for t in tasks]
-    queries_per_task = [split_into_clauses(x) if decompose == "clauses" else [x] for x in texts]
-    flat = [q for qs in queries_per_task for q in qs]
-    results = index.search_batch(flat, k=depth)
-    if reranker is not None:
-        results = reranker.rerank_batch(flat, results, k=depth)
-    rankings, scores, pos = [], [], 0
-    for qs in queries_per_task:
-        group = results[pos : pos + len(qs)]
-        pos += len(qs)
-        if len(group) == 1:
-            rankings.append(list(group[0].ids))
-            scores.append(list(group[0].scores))
-            continue
-        fused = fuse_round_robin([r.ids for r in group], k=depth)
-        best: dict[str, float] = {}
-        for r in group:
-            for tid, s in zip(r.ids, r.scores):
-                best[tid] = max(best.get(tid, -np.inf), s)
-        rankings.append(fused)
-        scores.append([best[t] for t in fused])
-    return rankings, scores
-
-
-def evaluate_retrieval(
-    index: Any,
-    tasks: Sequence[Task],
-    ks: Sequence[int],
-    topk: str = "10",
-    decompose: str = "none",
-    reranker: Any = None,
-    candidates: int = 20,
-    keep_rows: bool = False,
-) -> dict[str, Any]:
-    """Metrics in % (N@k, R@k, C@k; K, P@K, R@K, C@K, F1@K of the final cut) overall and per group.
-
-    ``keep_rows``: also return ``per_task``, each query's metrics (fractions, as averaged) with its
-    ``task_id``, so a benchmark can keep the rows its means come from.
-    """
-    from toolgym.retrieval.topk import dual_boundary_dynamic_top_k
-
-    dynamic = topk == "dynamic"
-    if not dynamic:
-        try:
-            fixed_k = int(topk)
-        except ValueError:
-            raise ValueError(f"--topk must be an integer or 'dynamic', got {topk!r}") from None
-        if fixed_k <= 0:
-            raise ValueError("--topk must be positive")
-    if candidates <= 0:
-        raise ValueError("--candidates must be positive")
-    depth = max(max(ks), candidates if (dynamic or reranker is not None) else 0, 0 if dynamic else fixed_k)
-    rankings, scores = rank_tasks(index, tasks, depth, decompose, reranker)
-    embeddings = index.tool_embeddings() if dynamic else None
-    corpus = index.corpus
-
-    per_task: list[dict[str, float]] = []
-    for task, ranking, score in zip(tasks, rankings, scores):
-        row = {}
-        for k in ks:
-            row[f"N@{k}"] = ndcg_at_k(ranking, task.gold, k)
-            row[f"R@{k}"] = recall_at_k(ranking, task.gold, k)
-            row[f"C@{k}"] = completeness_at_k(ranking, task.gold, k)
-        if dynamic:
-            # Algorithm 2 reads score gaps, so it cuts a score-ordered list; for one retrieval
-            # list that is the ranking itself, for fused clause lists each tool's best score.
-            order = sorted(range(min(len(ranking), candidates)), key=lambda i: -score[i])
-            cand = [ranking[i] for i in order]
-            emb = embeddings[[corpus.index_of(t) for t in cand]] if cand else np.zeros((0, 1))
-            cut = dual_boundary_dynamic_top_k(np.asarray([score[i] for i in order], dtype=float), emb) if cand else 0
-            final = cand[:cut]
-        else:
-            final = ranking[:fixed_k]
-        p, r, f1 = selection_prf(final, task.gold)
-        row.update({"K": float(len(final)), "P@K": p, "R@K": r, "F1@K": f1,
-                    "C@K": completeness_at_k(final, task.gold, max(len(final), 1))})
-        per_task.append(row)
-
-    def mean(rows: list[dict[str, float]]) -> dict[str, float]:
-        out = {key: 100.0 * float(np.mean([r[key] for r in rows])) for key in rows[0] if key != "K"}
-        out["K"] = float(np.mean([r["K"] for r in rows]))
-        out["n"] = len(rows)
-        return out
-
-    result: dict[str, Any] = mean(per_task)
-    by_group: dict[str, list[dict[str, float]]] = defaultdict(list)
-    for task, row in zip(tasks, per_task):
-        if task.group:
-            by_group[task.group].append(row)
-    if by_group:
-        result["groups"] = {g: mean(rows) for g, rows in sorted(by_group.items())}
-    if keep_rows:
-        result["per_task"] = [{"task_id": task.id, **row} for task, row in zip(tasks, per_task)]
-    return result
-
-
 def print_table(title: str, result: dict[str, Any], keys: Sequence[str]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -334,8 +227,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--save-rollouts needs --env and --agent (retriever mode has no rollouts)")
     name, corpus, tasks = load_eval_data(args)
     ks = parse_ks(args.k)
+    from toolgym.evaluation.retrieval import evaluate_retrieval
     from toolgym.retrieval import build_index
-
     from toolgym.trainers.console import verbose
 
     index = build_index(corpus, args.retriever, model=args.model, show_progress=verbose(), identifiers=args.identifiers,
@@ -359,8 +252,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_ladder_command(args: argparse.Namespace) -> int:
-    """``--ladder``: every rung of the retrieval ladder on one dataset (``toolgym.trainers.ladder``)."""
-    from toolgym.trainers.ladder import DEFAULT_LIMIT, load_ladder_data, ladder_names, print_ladder, run_ladder
+    """``--ladder``: every rung of the retrieval ladder on one dataset (``toolgym.evaluation.ladder``)."""
+    from toolgym.evaluation.ladder import DEFAULT_LIMIT, load_ladder_data, ladder_names, print_ladder, run_ladder
 
     if args.env is not None or args.agent or args.policy or args.tasks or args.corpus or args.split:
         raise ValueError("--ladder takes --dataset (the ladder fixes each dataset's evaluation split), "
@@ -405,17 +298,18 @@ def run_episodes(args: argparse.Namespace) -> int:
         Path(args.save_rollouts).parent.mkdir(parents=True, exist_ok=True)
     if args.agent:
         from toolgym.agents import make_agent
-        from toolgym.trainers.agent_eval import evaluate_agent
+        from toolgym.evaluation.evaluate import evaluate_agent
 
         result = evaluate_agent(args.env, make_agent(args.agent, seed=args.seed), dataset=dataset,
                                 split=args.split, limit=args.limit, group_size=args.group_size,
                                 save_rollouts=args.save_rollouts, seed=args.seed)
         who = f"agent={args.agent}"
     else:
-        from toolgym.trainers.train_cmd import evaluate_policy
+        from toolgym.evaluation.evaluate import evaluate_policy
+        from toolgym.trainers.checkpoint import load_policy
 
         env_kwargs = {"dataset": dataset} if dataset else None
-        raw = evaluate_policy(args.policy, args.env, split=args.split, num_tasks=args.limit, env_kwargs=env_kwargs,
+        raw = evaluate_policy(load_policy(args.policy), args.env, split=args.split, num_tasks=args.limit, env_kwargs=env_kwargs,
                               constrained=getattr(args, "constrained", None))
         # Same key style as the agent table (percentages for rates).
         names = {"f1": "F1", "match": "Match", "search_recall": "SRecall", "search_turns": "turns"}

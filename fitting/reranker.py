@@ -33,19 +33,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from toolgym.trainers.fit_common import (
+from toolgym.fitting.common import (
     FitDataConfig,
     Budget,
     MetricsLog,
     optimizer_step,
-    add_config_arguments,
-    config_from_args,
     budgeted_schedule,
     load_train_eval,
     plot_fit_curves,
     set_seed,
 )
-from toolgym.trainers.fit_retriever import mean_retrieval_metrics
+from toolgym.fitting.retriever import mean_retrieval_metrics
 
 STAGES = ("pointwise", "listwise", "distilled")
 
@@ -86,10 +84,6 @@ class FitRerankerConfig(FitDataConfig):
     distill_queries: int = 128
     eval_ks: list[int] = field(default_factory=lambda: [1, 5, 10])
     eval_each_stage: bool = True
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
 
 
 def load_reranker(model: str | None, max_length: int) -> Any:
@@ -278,17 +272,3 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_fit_curves(log.path, out_dir / "curves.png", ["loss", "lr"], "fit-reranker (eq. 16 -> 19 -> 20)")
     return summary
-
-
-def run(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args, FitRerankerConfig)
-    if args.print_config:
-        from toolgym.trainers.config import config_yaml
-
-        print(config_yaml(cfg))
-        return 0
-    summary = fit_reranker(cfg)
-    short = {s: v.get("heldout") for s, v in summary["stages"].items()}
-    print(json.dumps({"model_dir": summary["model_dir"], "steps": summary["steps"], "elapsed_s": summary["elapsed_s"],
-                      "retriever_heldout": summary.get("retriever_heldout"), "heldout_by_stage": short}, indent=2))
-    return 0

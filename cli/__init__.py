@@ -1,0 +1,1 @@
+"""toolgym.cli: the ``toolgym`` command line, one thin module per subcommand (parse, call the library, print)."""

@@ -1,0 +1,1 @@
+"""toolgym.fitting: training the retrieval-side models (bi-encoder, cross-encoder reranker, decomposition preference scorer)."""
