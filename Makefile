@@ -25,7 +25,7 @@ install: $(STAMP)
 # with greedy evaluation of the warm start and of the GRPO policy on the same 16 held-out requests
 # (toolgym train prints the paired gain). Starts afresh: runs/quickstart is removed first.
 quickstart: install
-	$(VENV)/bin/toolgym eval --dataset stabletoolbench --retriever bm25
+	$(VENV)/bin/toolgym eval retrieval --dataset stabletoolbench --retriever bm25
 	rm -rf runs/quickstart
 	$(VENV)/bin/toolgym demos toolgym/Decompose-v0 --agent clauses --min-reward 0.01 --out runs/quickstart/demos.jsonl --no-progress
 	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/toolgym sft configs/sft_quickstart.yaml

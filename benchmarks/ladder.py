@@ -1,6 +1,6 @@
 """The retrieval ladder (MagicSelector §4) on every ladder dataset: one table per dataset.
 
-The rungs and datasets are :mod:`toolgym.evaluation.ladder`'s (``toolgym eval --ladder`` prints the
+The rungs and datasets are :mod:`toolgym.evaluation.ladder`'s (``toolgym eval ladder`` prints the
 same table for one dataset). Trained rungs use ``--retriever-run`` / ``--reranker-run`` (a
 ``toolgym fit-*`` run folder) and ``--decomposer``; a run that is not there is a ``not trained``
 row. Nothing is trained here: the fit commands are the lead's to run when the CPU allows.

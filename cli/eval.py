@@ -1,12 +1,13 @@
-"""``toolgym eval``: score a retriever, a scripted agent or a trained policy on a dataset.
+"""``toolgym eval MODE``: score a retriever, the retrieval ladder, a scripted agent or a trained policy.
 
-Retriever mode (default) ranks tools for each task's request, optionally split into clauses
+``eval retrieval`` ranks tools for each task's request, optionally split into clauses
 (``--decompose clauses``), reranked (``--rerank``) and cut to a fixed or dynamic top-K, and
 reports NDCG@k / Recall@k / Completeness@k overall and per group (StableToolBench's G1..G3).
-Ladder mode (``--ladder --dataset X``) prints every rung of the retrieval ladder
-(``toolgym.evaluation.ladder``). Agent mode (``--env ID --agent NAME``) and policy mode
-(``--policy CHECKPOINT``) run whole episodes and report selection F1/P/R/Match, SRecall and turns; with ``--tasks``/``--corpus``
-they run on the user's own data (registered as a dataset the env is built on).
+``eval ladder --dataset X`` prints every rung of the retrieval ladder (``toolgym.evaluation.ladder``).
+``eval agent --env ID --agent NAME`` and ``eval policy --env ID --policy DIR`` run whole episodes
+and print one table with the same metric keys (selection F1/P/R/Match, SRecall, turns, invalid);
+with ``--tasks``/``--corpus`` they run on the user's own data (registered as a dataset the env is
+built on). The mode-less spelling of earlier versions still works (:func:`normalize_argv`).
 """
 from __future__ import annotations
 
@@ -61,15 +62,50 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
 
 
+MODES = {
+    "retrieval": "rank tools for each request with a retriever: N@k / R@k / C@k, overall and per group",
+    "ladder": "every rung of the retrieval ladder of one dataset, on the same queries",
+    "agent": "whole episodes of a scripted agent in an env: F1 / P / R / Match / SRecall / turns",
+    "policy": "whole episodes of a trained policy in an env (greedy): the agent table's metrics",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    src = parser.add_argument_group("data")
+    modes = parser.add_subparsers(dest="mode", metavar="MODE", required=True,
+                                  parser_class=type(parser))
+    for name, help_text in MODES.items():
+        p = modes.add_parser(name, help=help_text, description=help_text)
+        {"retrieval": _retrieval_arguments, "ladder": _ladder_arguments, "agent": _agent_arguments,
+         "policy": _policy_arguments}[name](p)
+        p.add_argument("--json", help="write the metrics as JSON to this path")
+
+
+def normalize_argv(argv: list[str]) -> list[str]:
+    """The mode-less spelling of earlier versions (``toolgym eval --dataset X``, ``--ladder``,
+    ``--env E --agent A``, ``--env E --policy P``) read as ``toolgym eval MODE ...``."""
+    at = argv.index("eval")
+    rest = argv[at + 1:]
+    if not rest or rest[0] in MODES or rest[0] in ("-h", "--help"):
+        return argv
+    def has(flag: str) -> bool:
+        return any(a == flag or a.startswith(flag + "=") for a in rest)
+    mode = "ladder" if has("--ladder") else "agent" if has("--agent") else "policy" if has("--policy") else "retrieval"
+    return argv[:at + 1] + [mode] + [a for a in rest if a != "--ladder"]
+
+
+def _data_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_argument_group("data")
     src.add_argument("--dataset", help="bundled dataset name (see toolgym.data.dataset_names())")
     src.add_argument("--split", default=None, help="dataset split, where the dataset has several")
     src.add_argument("--tasks", help="tasks JSONL (Task records) with --corpus, or a `toolgym export-hf` folder "
                                      "(its corpus inside; --split picks one split) — instead of --dataset")
     src.add_argument("--corpus", help="corpus JSONL (Tool records)")
     src.add_argument("--limit", type=positive_int, default=None, help="evaluate the first N tasks only")
-    ret = parser.add_argument_group("retriever mode")
+
+
+def _retrieval_arguments(p: argparse.ArgumentParser) -> None:
+    _data_arguments(p)
+    ret = p.add_argument_group("retriever")
     ret.add_argument("--retriever", default="bm25", choices=["bm25", "dense", "hybrid"])
     ret.add_argument("--model", default=None, help="embedding model path or id (default: packaged MiniLM)")
     ret.add_argument("--identifiers", default="split", choices=["whole", "split", "both"],
@@ -85,24 +121,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ret.add_argument("--candidates", type=positive_int, default=20,
                      help="list depth that --rerank reorders and --topk dynamic cuts (the paper's avg K is 8-12)")
     ret.add_argument("--k", default="1,3,5,10", help="comma-separated cutoffs for N@k, R@k, C@k")
-    lad = parser.add_argument_group("ladder mode (--ladder)")
-    lad.add_argument("--ladder", action="store_true",
-                     help="print the retrieval ladder of --dataset (every rung on the same queries; "
-                          "--limit: a seeded sample, default 300)")
-    lad.add_argument("--retriever-model", metavar="DIR", help="fine-tuned bi-encoder (toolgym fit-retriever's model folder)")
-    lad.add_argument("--reranker-model", metavar="DIR",
-                     help="toolgym fit-reranker run folder (one rung per stage) or one CrossEncoder folder")
-    lad.add_argument("--decomposer", metavar="DIR", help="trained decomposition policy (checkpoint or model folder)")
-    ep = parser.add_argument_group("agent / policy mode")
-    ep.add_argument("--env", help="environment id, e.g. toolgym/ToolSearch-StableToolBench-v0")
-    ep.add_argument("--agent", help="scripted agent: raw | oracle | random")
-    ep.add_argument("--policy", help="a trained checkpoint folder (or model path) to run in --env")
-    ep.add_argument("--constrained", choices=["toolsearch"], default=None,
-                    help="with --policy: constrained decoding, every turn a valid ToolSearch call (docs/learning.md)")
-    ep.add_argument("--group-size", type=positive_int, default=1, help="rollouts per task (for --save-rollouts)")
-    ep.add_argument("--save-rollouts", help="write the rollouts JSONL that `toolgym replay` re-scores")
-    ep.add_argument("--seed", type=non_negative_int, default=0)
-    parser.add_argument("--json", help="write the metrics as JSON to this path")
+
+
+def _ladder_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", required=True, help="the dataset whose ladder to print (its evaluation split is fixed)")
+    p.add_argument("--limit", type=positive_int, default=None, help="a seeded sample of N queries (default 300)")
+    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--candidates", type=positive_int, default=20, help="list depth the reranker and dynamic top-K see")
+    p.add_argument("--retriever-model", metavar="DIR", help="fine-tuned bi-encoder (toolgym fit-retriever's model folder)")
+    p.add_argument("--reranker-model", metavar="DIR",
+                   help="toolgym fit-reranker run folder (one rung per stage) or one CrossEncoder folder")
+    p.add_argument("--decomposer", metavar="DIR", help="trained decomposition policy (checkpoint or model folder)")
+
+
+def _episode_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", required=True, help="environment id, e.g. toolgym/ToolSearch-StableToolBench-v0")
+    _data_arguments(p)
+
+
+def _agent_arguments(p: argparse.ArgumentParser) -> None:
+    _episode_arguments(p)
+    p.add_argument("--agent", required=True, help="scripted agent: raw | oracle | random")
+    p.add_argument("--group-size", type=positive_int, default=1, help="rollouts per task (for --save-rollouts)")
+    p.add_argument("--save-rollouts", help="write the rollouts JSONL that `toolgym replay` re-scores")
+    p.add_argument("--seed", type=non_negative_int, default=0)
+
+
+def _policy_arguments(p: argparse.ArgumentParser) -> None:
+    _episode_arguments(p)
+    p.add_argument("--policy", required=True, help="a trained checkpoint or run folder (or a model folder / name)")
+    p.add_argument("--constrained", choices=["toolsearch"], default=None,
+                   help="constrained decoding, every turn a valid ToolSearch call (docs/learning.md)")
 
 
 def load_eval_data(args: argparse.Namespace) -> tuple[str, ToolCorpus, list[Task]]:
@@ -215,16 +264,13 @@ def write_json_output(path: str, result: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     # Outputs are checked first: a misplaced path must not cost a whole evaluation.
     check_output_file(args.json, "--json")
-    check_output_file(args.save_rollouts, "--save-rollouts")
-    if args.ladder:
-        return run_ladder_command(args)
-    for flag in ("retriever_model", "reranker_model", "decomposer"):
-        if getattr(args, flag):
-            raise ValueError(f"--{flag.replace('_', '-')} belongs to --ladder")
-    if args.env is not None or args.agent or args.policy:
-        return run_episodes(args)
-    if args.save_rollouts:
-        raise ValueError("--save-rollouts needs --env and --agent (retriever mode has no rollouts)")
+    check_output_file(getattr(args, "save_rollouts", None), "--save-rollouts")
+    return {"retrieval": run_retrieval, "ladder": run_ladder_command, "agent": run_episodes,
+            "policy": run_episodes}[args.mode](args)
+
+
+def run_retrieval(args: argparse.Namespace) -> int:
+    """``eval retrieval``: one retriever (+ clauses, reranker, top-K cut) on a dataset or the user's files."""
     name, corpus, tasks = load_eval_data(args)
     ks = parse_ks(args.k)
     from toolgym.evaluation.retrieval import evaluate_retrieval
@@ -252,14 +298,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_ladder_command(args: argparse.Namespace) -> int:
-    """``--ladder``: every rung of the retrieval ladder on one dataset (``toolgym.evaluation.ladder``)."""
+    """``eval ladder``: every rung of the retrieval ladder on one dataset (``toolgym.evaluation.ladder``)."""
     from toolgym.evaluation.ladder import DEFAULT_LIMIT, load_ladder_data, ladder_names, print_ladder, run_ladder
 
-    if args.env is not None or args.agent or args.policy or args.tasks or args.corpus or args.split:
-        raise ValueError("--ladder takes --dataset (the ladder fixes each dataset's evaluation split), "
-                         "not --env/--agent/--policy/--tasks/--corpus/--split")
-    if not args.dataset:
-        raise ValueError(f"--ladder needs --dataset, one of {', '.join(ladder_names())}")
+    if args.dataset not in ladder_names():
+        raise ValueError(f"--dataset {args.dataset!r} has no ladder; one of {', '.join(ladder_names())}")
     for flag in ("retriever_model", "reranker_model", "decomposer"):
         path = getattr(args, flag)
         if path and not Path(path).exists():
@@ -274,18 +317,10 @@ def run_ladder_command(args: argparse.Namespace) -> int:
 
 
 def run_episodes(args: argparse.Namespace) -> int:
-    """Agent or policy mode: whole episodes in an environment."""
-    if args.env is None:
-        raise ValueError("--agent and --policy need --env ID (see `toolgym envs`)")
-    if bool(args.agent) == bool(args.policy):
-        raise ValueError("give exactly one of --agent NAME or --policy CHECKPOINT with --env")
-    if getattr(args, "constrained", None) and not args.policy:
-        raise ValueError("--constrained applies to --policy")
+    """``eval agent`` / ``eval policy``: whole episodes in an environment."""
     check_env_id(args.env)
-    if args.policy:
+    if args.mode == "policy":
         check_policy_path(args.policy)
-        if args.save_rollouts or args.group_size != 1:
-            raise ValueError("--save-rollouts and --group-size work with --agent; --policy runs one greedy episode per task")
     dataset = args.dataset
     if args.tasks or args.corpus:
         # The user's own data: registered under a dataset name the env is then built on.
@@ -294,9 +329,9 @@ def run_episodes(args: argparse.Namespace) -> int:
         _, corpus, tasks = load_eval_data(args)
         dataset = f"user:{Path(args.tasks).name}"
         register_dataset(dataset, corpus, tasks)
-    if args.save_rollouts:
+    if args.mode == "agent" and args.save_rollouts:
         Path(args.save_rollouts).parent.mkdir(parents=True, exist_ok=True)
-    if args.agent:
+    if args.mode == "agent":
         from toolgym.agents import make_agent
         from toolgym.evaluation.evaluate import evaluate_agent
 
@@ -309,16 +344,11 @@ def run_episodes(args: argparse.Namespace) -> int:
         from toolgym.trainers.checkpoint import load_policy
 
         env_kwargs = {"dataset": dataset} if dataset else None
-        raw = evaluate_policy(load_policy(args.policy), args.env, split=args.split, num_tasks=args.limit, env_kwargs=env_kwargs,
-                              constrained=getattr(args, "constrained", None))
-        # Same key style as the agent table (percentages for rates).
-        names = {"f1": "F1", "match": "Match", "search_recall": "SRecall", "search_turns": "turns"}
-        result = {names.get(k, k): (100.0 * v if k in ("f1", "match", "search_recall") else v)
-                  for k, v in raw.items()}
-        result["invalid"] = 100.0 * raw.get("invalid_rate", 0.0)
-        result["n"] = raw.get("num_tasks")
+        result = evaluate_policy(load_policy(args.policy), args.env, split=args.split, num_tasks=args.limit,
+                                 env_kwargs=env_kwargs, constrained=args.constrained)
         who = f"policy={args.policy}"
-    keys = [k for k in ("reward", "F1", "P", "R", "Match", "SRecall", "turns", "invalid") if k in result]
+    # one table for agents and policies: evaluate()'s keys (rates in percent)
+    keys = [k for k in ("reward", "F1", "P", "R", "Match", "SRecall", "turns", "search_turns", "invalid") if k in result]
     print_table(f"{args.env}: {who}" + (f" on {dataset}" if dataset else ""), result, keys)
     if args.json:
         write_json_output(args.json, result)

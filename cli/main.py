@@ -109,6 +109,8 @@ def _check_parents(p: Path, flag: str) -> None:
 
 
 def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, str | None]:
+    """The parser with the chosen command's arguments; a command module may also define
+    ``normalize_argv(argv)`` (older spellings), applied by :func:`main` before parsing."""
     parser = OneLineArgumentParser(prog="toolgym", description="RL environments for agentic tool search",
                                    epilog="--verbose (anywhere, or TOOLGYM_VERBOSE=1) keeps the libraries' progress "
                                           "bars and messages")
@@ -151,6 +153,9 @@ def _main(argv: list[str]) -> int:
         parser.print_help()
         return 0
     try:
+        normalize = getattr(importlib.import_module(SUBCOMMANDS[chosen][0]), "normalize_argv", None)
+        if normalize is not None:
+            argv = normalize(argv)
         args, extra = parser.parse_known_args(argv)
         args.overrides = extra  # key=value config overrides of the commands that take a config
         if extra and chosen not in TAKES_OVERRIDES:

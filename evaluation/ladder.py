@@ -11,7 +11,7 @@ last reranker) and fuses round robin; dynamic top-K cuts the clause rung's list.
 
 Datasets (:data:`LADDER_DATASETS`): the evaluation split and what was trained on it. Training
 never sees these queries: Seal-Tools is evaluated on ``heldout`` (the fit commands train on
-``train``), everything else is zero-shot. ``toolgym eval --ladder`` and ``benchmarks/ladder.py``
+``train``), everything else is zero-shot. ``toolgym eval ladder`` and ``benchmarks/ladder.py``
 both call :func:`run_ladder`.
 """
 from __future__ import annotations

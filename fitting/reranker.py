@@ -2,7 +2,7 @@
 
 Three stages, each continuing from the previous model and saved as its own CrossEncoder folder
 (``<output_dir>/pointwise``, ``listwise``, ``distilled``), each loadable by
-``CrossEncoderReranker(model=...)`` and ``toolgym eval --rerank <folder>``:
+``CrossEncoderReranker(model=...)`` and ``toolgym eval retrieval --rerank <folder>``:
 
 1. **point-wise** (eq. 16): binary cross-entropy on (q, gold) = 1 and (q, negative) = 0, with
    random negatives (Algorithm 1, line 2) plus the first-stage retriever's top wrong tools;

@@ -6,7 +6,7 @@ follow Algorithm 1: round 0 uses random negatives; each later round r uses the c
 as teacher and mines its top-scored wrong tools over the whole corpus (eq. 22,
 :func:`toolgym.data.training_data.top_k_hard_negatives`) for the next round's student
 (the same model, trained on). The result is a sentence-transformers folder
-``<output_dir>/model``: ``toolgym eval --retriever dense --model <output_dir>/model`` or
+``<output_dir>/model``: ``toolgym eval retrieval --retriever dense --model <output_dir>/model`` or
 ``build_index(corpus, "dense", model=...)`` uses it, with its own embedding cache.
 
 Writes ``metrics.jsonl`` (loss per step, held-out N@k / C@k at the end), ``curves.png`` and

@@ -2,7 +2,7 @@
 
 ``split_into_clauses`` cuts a request at sentence ends, semicolons and clause-joining
 conjunctions ("and then", ", and", "also", "additionally" ...). It is what
-``toolgym eval --decompose clauses`` retrieves with, so the learned decomposer of the
+``toolgym eval retrieval --decompose clauses`` retrieves with, so the learned decomposer of the
 ``Decompose`` environments has an honest baseline to beat.
 """
 from __future__ import annotations

@@ -126,8 +126,8 @@ def test_unknown_or_malformed_env_id(env_id, fragment, capsys):
     (["nope"], ["unknown command"]),
     (["eval", "--env", "toolgym/ToolSearch-v0", "--policy", "no/such/checkpoint"], ["--policy", "no such checkpoint"]),
     (["eval", "--env", "toolgym/ToolSearch-v0", "--policy", "tiny-llama", "--save-rollouts", "r.jsonl"],
-     ["--save-rollouts", "--agent"]),
-    (["eval", "--dataset", "seal_tools", "--save-rollouts", "r.jsonl"], ["--save-rollouts", "--env"]),
+     ["unrecognized arguments", "--save-rollouts"]),  # only `eval agent` saves rollouts
+    (["eval", "--dataset", "seal_tools", "--save-rollouts", "r.jsonl"], ["unrecognized arguments", "--save-rollouts"]),
 ])
 def test_bad_arguments_are_one_line(argv, fragments, capsys):
     _fails_with_one_line(argv, capsys, *fragments)

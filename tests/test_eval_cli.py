@@ -42,10 +42,12 @@ def test_eval_from_paths_and_dynamic_topk(tmp_path, stb):
 
 @pytest.mark.parametrize("argv, message", [
     (["eval", "--dataset", "nope"], "unknown dataset"),
-    (["eval"], "--dataset"),
+    (["eval"], "MODE"),
+    (["eval", "retrieval"], "--dataset"),
     (["eval", "--dataset", "seal_tools", "--k", "0"], "positive"),
     (["eval", "--dataset", "seal_tools", "--topk", "lots"], "--topk"),
     (["eval", "--agent", "raw"], "--env"),
+    (["eval", "policy", "--env", "toolgym/ToolSearch-v0"], "--policy"),
     (["eval", "--env", "toolgym/ToolSearch-v0", "--agent", "raw", "--constrained", "toolsearch"], "--constrained"),
     (["eval", "--env", "toolgym/ToolSearch-v0", "--policy", "tiny-llama", "--constrained", "json"], "--constrained"),
 ])

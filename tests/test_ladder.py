@@ -97,11 +97,12 @@ def test_eval_ladder_cli_prints_every_rung_and_writes_json(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["eval", "--ladder"], "--dataset"),
-    (["eval", "--ladder", "--dataset", "nope"], "unknown ladder dataset"),
-    (["eval", "--ladder", "--dataset", "api_bank", "--split", "test"], "--ladder takes --dataset"),
-    (["eval", "--ladder", "--dataset", "api_bank", "--retriever-model", "/no/such/dir"], "no such folder"),
-    (["eval", "--dataset", "api_bank", "--reranker-model", "x"], "belongs to --ladder"),
+    (["eval", "ladder"], "--dataset"),
+    (["eval", "ladder", "--dataset", "nope"], "has no ladder"),
+    (["eval", "--ladder", "--dataset", "nope"], "has no ladder"),  # the mode-less spelling
+    (["eval", "ladder", "--dataset", "api_bank", "--split", "test"], "unrecognized arguments: --split"),
+    (["eval", "ladder", "--dataset", "api_bank", "--retriever-model", "/no/such/dir"], "no such folder"),
+    (["eval", "retrieval", "--dataset", "api_bank", "--reranker-model", "x"], "unrecognized arguments: --reranker-model"),
 ])
 def test_eval_ladder_bad_input_is_one_clear_line(argv, message, capsys):
     assert main(argv) == 2

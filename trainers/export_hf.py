@@ -171,7 +171,7 @@ def dataset_card(env_id: str, kwargs: dict[str, Any], splits: dict[str, int], co
         "dialogue, request); `prompt` is the same chat without the schema block, for trainers whose",
         "chat template renders `tools` itself (TRL, verifiers); `tools` holds the OpenAI schemas as",
         "JSON; `gold` the gold tool ids (never shown to a policy); `task` the whole toolgym `Task` as",
-        "JSON (`toolgym eval --tasks DIR` reads it back).",
+        "JSON (`toolgym eval retrieval --tasks DIR` reads it back).",
         "",
         "```python",
         "import datasets",
