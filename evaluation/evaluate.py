@@ -363,4 +363,4 @@ def format_eval_table(evals: dict[str, Any]) -> str:
     for k in keys:
         cells = [f"{v[k]:.3f} ± {v.get(k + '_se', 0):.3f}" if k in v else "-" for v in evals.values()]
         lines.append(f"{k:<16}" + "".join(f"{c:>20}" for c in cells))
-    return "\n".join(lines)  # the paired gain is one line of its own: train_cmd.paired_summary
+    return "\n".join(lines)  # the paired gain is one line of its own: evaluation.paired.paired_summary
