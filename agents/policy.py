@@ -76,6 +76,14 @@ class Generation:
 
 
 @runtime_checkable
+class ChatModel(Protocol):
+    """Anything that answers a chat: messages in, the reply text out. ``HFChatPolicy`` and
+    ``OpenAICompatPolicy`` both are one; the dialogue generator's chat writer needs no more."""
+
+    def act(self, messages: Sequence[dict[str, str]]) -> str: ...
+
+
+@runtime_checkable
 class ChatPolicy(Protocol):
     """A policy the trainer can roll out: token-id prompts in, sampled token ids out.
 

@@ -129,8 +129,8 @@ def print_stats(stats: dict[str, Any], seconds: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from toolgym.agents.dialogue_writer import ChatPolicyWriter
     from toolgym.data.dialogue_generator import (
-        ChatPolicyWriter,
         DialogueGenerator,
         TemplateWriter,
         generation_stats,

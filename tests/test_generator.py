@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from toolgym.data import load_corpus_and_tasks
+from toolgym.agents.dialogue_writer import ChatPolicyWriter, clean_policy_text
 from toolgym.data.dialogue_generator import (
     INTENTS,
     P_INIT,
@@ -14,13 +15,11 @@ from toolgym.data.dialogue_generator import (
     P_TODO,
     SCENARIO_LABELS,
     STATES,
-    ChatPolicyWriter,
     DialogueGenerator,
     GeneratorConfig,
     TemplateWriter,
     ToolStep,
     TurnTrace,
-    clean_policy_text,
     compatible_states,
     dialogue_tasks,
     generate_dialogues,
