@@ -5,9 +5,12 @@ shows the architecture and import names cannot collide with other packages.
 """
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 SUBPACKAGES = ["envs", "retrieval", "data", "agents", "rewards", "evaluation", "trainers", "fitting", "cli", "integrations"]
+# Nested packages (trainers/verl, the verl plugin; data/dialogue_generator) are found under each folder.
+NESTED = {f"toolgym.{name}.{sub}": f"{name}/{sub.replace('.', '/')}" for name in SUBPACKAGES
+          for sub in find_packages(name)}
 
 setup(
     name="toolgym",
@@ -17,9 +20,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     # `toolgym` itself is an implicit namespace package: it has no folder of its own.
-    # trainers.verl: the verl plugin, a subpackage of its own (docs/scale.md).
-    packages=[f"toolgym.{name}" for name in SUBPACKAGES] + ["toolgym.trainers.verl"],
-    package_dir={**{f"toolgym.{name}": name for name in SUBPACKAGES}, "toolgym.trainers.verl": "trainers/verl"},
+    packages=[f"toolgym.{name}" for name in SUBPACKAGES] + sorted(NESTED),
+    package_dir={**{f"toolgym.{name}": name for name in SUBPACKAGES}, **NESTED},
     package_data={"toolgym.data": ["bundled/*.jsonl.gz", "bundled/*.json", "bundled/LICENSES/*"]},
     include_package_data=True,
     # Other trainers toolgym plugs into (toolgym.integrations): optional, never imported by the rest.
