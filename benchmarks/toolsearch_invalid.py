@@ -3,7 +3,8 @@
 Greedy episodes of ``toolgym/ToolSearch-v0`` (``max_turns: 4``, the setting of the demonstrations)
 on the first N held-out tasks, once with the policy as it is and once wrapped in
 :class:`toolgym.agents.constrained.ConstrainedToolSearchPolicy`; per-task rows and the means go to
-OUT/plain.json and OUT/constrained.json (a finished file is not recomputed). Not run in CI.
+OUT/plain.json and OUT/constrained.json (a finished file is not recomputed), and together, with the
+paired gain, to ``benchmarks/results/toolsearch_invalid.json``. Not run in CI.
 
     python benchmarks/toolsearch_invalid.py --policy runs/sft_warmstart/model --tasks 30 --out runs/toolsearch_invalid
 """
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,8 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     plain = {r["task_id"]: r["reward"] for r in results["plain"]["rows"]}
     constrained = {r["task_id"]: r["reward"] for r in results["constrained"]["rows"]}
     ids = [t for t in plain if t in constrained]
+    gain = paired_gain([plain[t] for t in ids], [constrained[t] for t in ids])
     print(json.dumps({name: r["mean"] for name, r in results.items()}, indent=2))
-    print("plain -> constrained (paired):", paired_gain([plain[t] for t in ids], [constrained[t] for t in ids]))
+    print("plain -> constrained (paired):", gain)
+    summary = {"env_id": "toolgym/ToolSearch-v0", "env_kwargs": {"max_turns": 4, "split": "heldout"},
+               "tasks": args.tasks, "policy": f"{args.policy} (greedy)",
+               "script": f"benchmarks/toolsearch_invalid.py --policy {args.policy} --tasks {args.tasks}",
+               **{name: r["mean"] for name, r in results.items()},
+               "seconds": {name: r.get("seconds") for name, r in results.items()},
+               "plain_to_constrained": gain, "rows": {name: r["rows"] for name, r in results.items()}}
+    (RESULTS / "toolsearch_invalid.json").write_text(json.dumps(summary, indent=1) + "\n")
     return 0
 
 

@@ -202,7 +202,23 @@ def paired_gains_from_rows() -> set[str]:
         for a, b in itertools.permutations(entry["stages"], 2):
             g = compare({"rows": entry["stages"][a]}, {"rows": entry["stages"][b]})
             out.add(f"{g['gain']:+.3f} ± {g['se']:.3f}")
+    rows = payload("toolsearch_invalid")["rows"]  # plain vs constrained decoding of the warm start
+    g = compare({"rows": rows["plain"]}, {"rows": rows["constrained"]})
+    out.add(f"{g['gain']:+.3f} ± {g['se']:.3f}")
     return out
+
+
+def test_toolsearch_invalid_means_are_its_rows():
+    learning = bench("learning")
+    from toolgym.evaluation.paired import compare
+
+    data = payload("toolsearch_invalid")
+    for name in ("plain", "constrained"):
+        assert len(data["rows"][name]) == data["tasks"]
+        for key, value in learning.stage_means(data["rows"][name]).items():
+            assert close(value, data[name][key]), (name, key)
+    g = compare({"rows": data["rows"]["plain"]}, {"rows": data["rows"]["constrained"]})
+    assert close(g["gain"], data["plain_to_constrained"]["gain"]) and close(g["se"], data["plain_to_constrained"]["se"])
 
 
 @pytest.mark.parametrize("doc, start, ends", [
