@@ -118,6 +118,34 @@ def test_rrf_refuses_a_bad_constant():
             fuse_rrf([["a"]], c=c)
 
 
+def test_standardised_fusion_by_hand():
+    import numpy as np
+
+    from toolgym.retrieval.fusion import fuse_standardised, standardise_rows
+
+    # Row [1, 2, 3]: mean 2, std sqrt(2/3); a constant row has no spread and standardises to 0.
+    z = standardise_rows(np.array([[1.0, 2.0, 3.0], [4.0, 4.0, 4.0]]))
+    s = math.sqrt(2 / 3)
+    np.testing.assert_allclose(z, [[-1 / s, 0.0, 1 / s], [0.0, 0.0, 0.0]])
+    # [3, 0, 0]: mean 1, std sqrt(2) -> [2, -1, -1] / sqrt(2).
+    fused = fuse_standardised([np.array([[1.0, 2.0, 3.0]]), np.array([[3.0, 0.0, 0.0]])], [0.5, 0.5])
+    expected = 0.5 * np.array([-1 / s, 0.0, 1 / s]) + 0.5 * np.array([2.0, -1.0, -1.0]) / math.sqrt(2)
+    np.testing.assert_allclose(fused, [expected])
+    assert np.argsort(-fused[0]).tolist() == [2, 0, 1]
+    # The scale of a retriever's scores does not matter, only its spread.
+    np.testing.assert_allclose(fuse_standardised([np.array([[10.0, 20.0, 30.0]]), np.array([[0.3, 0.0, 0.0]])],
+                                                 [0.5, 0.5]), fused)
+    with pytest.raises(ValueError, match="weight"):
+        fuse_standardised([np.zeros((1, 3))], [0.5, 0.5])
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match="finite"):
+            fuse_standardised([np.zeros((1, 3))], [bad])
+    with pytest.raises(ValueError, match="shape"):
+        fuse_standardised([np.zeros((1, 3)), np.zeros((1, 4))], [0.5, 0.5])
+    with pytest.raises(ValueError, match="matrix"):
+        standardise_rows(np.zeros(3))
+
+
 def test_counterfactual_reward_by_hand():
     gold = {"a", "b"}
     raw = ["x", "a", "y"]          # N_raw@3 = (1/log2 3) / (1 + 1/log2 3); not complete
