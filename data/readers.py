@@ -251,3 +251,61 @@ def csv_header(path: str | Path) -> list[str]:
             return []
         except csv.Error as exc:
             raise DatasetFormatError(f"{path}:1: malformed CSV ({exc})") from None
+
+
+# -- YAML configs -----------------------------------------------------------------------------
+MAX_CONFIG_BYTES = 1 << 20
+
+
+# YAML aliases and ${} interpolations expand when omegaconf copies/resolves them: with k of them a
+# file can grow to about e^(k/e) nodes, so a small cap keeps alias/interpolation bombs harmless.
+MAX_CONFIG_REFERENCES = 8
+
+
+MAX_CONFIG_DEPTH = 32
+
+
+def yaml_references(text: str) -> int:
+    """YAML aliases (``*name``) and ``${...}`` interpolations in ``text``: a linear scan."""
+    import re
+
+    return len(re.findall(r"(?:^|[\s,\[{:])\*[^\s,\]}]+", text)) + text.count("${")
+
+
+def read_yaml_mapping(path: str | Path, override_references: int = 0) -> Any:
+    """The config file as a DictConfig; size, alias count (with the overrides') and nesting are
+    capped before parsing."""
+    from omegaconf import DictConfig, OmegaConf
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"config file not found: {path}")
+    if not path.is_file():
+        raise ValueError(f"config {path} is not a file")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"config {path} is larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"config {path} is not UTF-8 text") from None
+    references = yaml_references(text)
+    if references + override_references > MAX_CONFIG_REFERENCES:
+        also = f" (with the overrides' {override_references})" if override_references else ""
+        raise ValueError(f"config {path} uses more than {MAX_CONFIG_REFERENCES} YAML aliases / ${{}} interpolations{also}")
+    depth = deepest = 0
+    for ch in text:  # flow-style nesting; block nesting is bounded by the line length cap above
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    if deepest > MAX_CONFIG_DEPTH:
+        raise ValueError(f"config {path} nests deeper than {MAX_CONFIG_DEPTH} levels")
+    try:
+        node = OmegaConf.create(text)
+    except Exception as exc:  # yaml's scanner/parser errors
+        raise ValueError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(node, DictConfig):
+        raise ValueError(f"config {path} must be a mapping of sections, got a {type(node).__name__}")
+    return node
+

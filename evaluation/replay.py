@@ -71,17 +71,20 @@ def make_index(dataset: str | None, corpus_path: str | None, method: str, corpus
 
 
 def load_reward_config(path: Path) -> Any:
-    """A YAML reward config (``reward:`` or top level); bad YAML is one clear ``ValueError`` line."""
+    """A YAML reward config (``reward:`` or top level), read with the size / alias / nesting caps of
+    every toolgym config (:func:`~toolgym.data.readers.read_yaml_mapping`); its shape is checked by
+    :func:`~toolgym.rewards.build_reward`. Bad YAML is one clear ``ValueError`` line."""
     from omegaconf import OmegaConf
 
-    if not path.exists():
-        raise FileNotFoundError(f"reward config {path} not found")
+    from toolgym.data.readers import read_yaml_mapping
+
+    node = read_yaml_mapping(path)
     try:
-        plain = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    except Exception as exc:  # yaml.YAMLError, omegaconf's interpolation errors: say where, not a traceback
+        plain = OmegaConf.to_container(node, resolve=True)
+    except Exception as exc:  # omegaconf's interpolation errors: say where, not a traceback
         first = " ".join(str(exc).split())[:200]
         raise ValueError(f"{path}: not a valid YAML reward config ({type(exc).__name__}: {first})") from None
-    plain = plain.get("reward", plain) if isinstance(plain, dict) else plain
+    plain = plain.get("reward", plain)
     if not isinstance(plain, dict):
         raise ValueError(f"{path}: a reward config must be a mapping ('reward: {{modules: [...]}}'), got {type(plain).__name__}")
     return plain

@@ -111,3 +111,19 @@ def test_skipped_groups_are_said_on_stdout(tmp_path, capsys):
     assert rc == 1  # the scheme scored nothing
     out = capsys.readouterr().out
     assert "skipped 1 of 1 groups" in out and "env_reward" in out
+
+
+def test_reward_config_files_get_the_config_caps(tmp_path):
+    """A --scheme YAML is read like every toolgym config: size, aliases and nesting are capped first."""
+    from toolgym.data.readers import MAX_CONFIG_BYTES, MAX_CONFIG_REFERENCES
+    from toolgym.evaluation.replay import build_scheme
+
+    bombs = {
+        "huge.yaml": ("# " + "x" * MAX_CONFIG_BYTES + "\n", "larger than"),
+        "aliases.yaml": ("a: &a [1]\n" + "".join(f"b{i}: *a\n" for i in range(MAX_CONFIG_REFERENCES + 1)), "aliases"),
+        "deep.yaml": ("reward: " + "[" * 40 + "]" * 40 + "\n", "nests deeper"),
+    }
+    for name, (text, message) in bombs.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match=message):
+            build_scheme(str(tmp_path / name))

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
+from toolgym.data.readers import (MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_CONFIG_REFERENCES, read_yaml_mapping,
+                                 yaml_references)
 from toolgym.agents.model import MODEL_DTYPES, ModelConfig, check_device, model_source
 from toolgym.agents.policy import ENGINES, PRECISIONS, SamplingConfig
 
@@ -272,11 +274,6 @@ def _one_line(exc: Exception) -> str:
     return f"{key}: {msg}" if key else msg
 
 
-MAX_CONFIG_BYTES = 1 << 20
-# YAML aliases and ${} interpolations expand when omegaconf copies/resolves them: with k of them a
-# file can grow to about e^(k/e) nodes, so a small cap keeps alias/interpolation bombs harmless.
-MAX_CONFIG_REFERENCES = 8
-MAX_CONFIG_DEPTH = 32
 # Command-line overrides count against the same reference cap (8 chained ${...} given as
 # overrides hung omegaconf past 120 s), and their total size against the file's.
 MAX_OVERRIDES_BYTES = 64 * 1024
@@ -284,51 +281,6 @@ MAX_OVERRIDES_BYTES = 64 * 1024
 MAX_GROUP_SIZE = 1024
 MAX_TASKS_PER_STEP = 4096
 MAX_EPISODES_PER_STEP = 16384  # group_size * tasks_per_step
-
-
-def _references(text: str) -> int:
-    """YAML aliases (``*name``) and ``${...}`` interpolations in ``text``: a linear scan."""
-    import re
-
-    return len(re.findall(r"(?:^|[\s,\[{:])\*[^\s,\]}]+", text)) + text.count("${")
-
-
-def _read_yaml(path: str | Path, override_references: int = 0) -> Any:
-    """The config file as a DictConfig; size, alias count (with the overrides') and nesting are
-    capped before parsing."""
-    from omegaconf import DictConfig, OmegaConf
-
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"config file not found: {path}")
-    if not path.is_file():
-        raise ValueError(f"config {path} is not a file")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ValueError(f"config {path} is larger than {MAX_CONFIG_BYTES} bytes")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"config {path} is not UTF-8 text") from None
-    references = _references(text)
-    if references + override_references > MAX_CONFIG_REFERENCES:
-        also = f" (with the overrides' {override_references})" if override_references else ""
-        raise ValueError(f"config {path} uses more than {MAX_CONFIG_REFERENCES} YAML aliases / ${{}} interpolations{also}")
-    depth = deepest = 0
-    for ch in text:  # flow-style nesting; block nesting is bounded by the line length cap above
-        if ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth = max(0, depth - 1)
-    if deepest > MAX_CONFIG_DEPTH:
-        raise ValueError(f"config {path} nests deeper than {MAX_CONFIG_DEPTH} levels")
-    try:
-        node = OmegaConf.create(text)
-    except Exception as exc:  # yaml's scanner/parser errors
-        raise ValueError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(node, DictConfig):
-        raise ValueError(f"config {path} must be a mapping of sections, got a {type(node).__name__}")
-    return node
 
 
 def load_config(schema: type[T], path: str | Path | None, overrides: Sequence[str] = (), *,
@@ -351,12 +303,12 @@ def load_config(schema: type[T], path: str | Path | None, overrides: Sequence[st
     if sum(len(o) for o in overrides) > MAX_OVERRIDES_BYTES:
         raise ValueError(f"overrides are longer than {MAX_OVERRIDES_BYTES} characters in all")
     # before any parsing: omegaconf's resolution of chained interpolations is what hangs
-    override_references = sum(_references(o.split("=", 1)[1]) for o in overrides)
+    override_references = sum(yaml_references(o.split("=", 1)[1]) for o in overrides)
     if override_references > MAX_CONFIG_REFERENCES:
         raise ValueError(f"overrides use more than {MAX_CONFIG_REFERENCES} YAML aliases / ${{}} interpolations")
     layers = [OmegaConf.structured(schema)]
     if path is not None:
-        layers.append(_read_yaml(path, override_references))
+        layers.append(read_yaml_mapping(path, override_references))
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
         cfg = OmegaConf.to_object(OmegaConf.merge(*layers))
