@@ -23,8 +23,8 @@ case "$RECIPE" in
   *) echo "unknown recipe $RECIPE (toolsearcher_stb | magicselector_sealtools)" >&2; exit 2 ;;
 esac
 DATA=data_verl/$RECIPE
-"$PY" -m toolgym.trainers.cli export-verl "$ENV_ID" --split "$SPLIT" --out "$DATA" --env-kwargs "$ENV_KWARGS"
-"$PY" -m toolgym.trainers.cli export-verl "$ENV_ID" --split "$SPLIT" --out "$DATA/val" --env-kwargs "$ENV_KWARGS" --max-tasks 64
+"$PY" -m toolgym.cli.main export-verl "$ENV_ID" --split "$SPLIT" --out "$DATA" --env-kwargs "$ENV_KWARGS"
+"$PY" -m toolgym.cli.main export-verl "$ENV_ID" --split "$SPLIT" --out "$DATA/val" --env-kwargs "$ENV_KWARGS" --max-tasks 64
 # Every verl process (driver, TaskRunner, workers) imports the plugin: it registers the
 # toolgym_agent loop and the toolgym_turn_credit estimator. No verl file is patched.
 export VERL_USE_EXTERNAL_MODULES=toolgym.trainers.verl
