@@ -285,3 +285,59 @@ def test_bm25_reference_renders_from_its_rows_and_is_the_datasets_table():
     expected = {(r["label"], r["stemmer"] or "none"): [f"{r['means'][m]:.1f}" for m in ref.METRICS]
                 for r in data["runs"]}
     assert printed == expected
+
+
+# Sections whose tables print measurements straight from their payload (timings, rates, counts);
+# their writers render inline, so each printed number is looked up among the payload's values.
+MEASUREMENT_SECTIONS = ("rewards", "envs", "step_cost", "scale", "tool_text", "turn_cache")
+NUMERIC_CELL = re.compile(r"^[+−-]?\d[\d.]*(?:e[+-]\d+)?(?: ?(?:x|%|s|MiB|MB))?(?: / [+−-]?\d[\d.]*)*$")
+
+
+def printed_forms(value: float) -> set[str]:
+    out = set()
+    for v in (value, 100 * value):
+        for f in ("{:.4g}", "{:.3g}", "{:.2g}", "{:.0f}", "{:.1f}", "{:.2f}", "{:.3f}"):
+            out.add(f.format(v).lstrip("+"))
+    return out
+
+
+def payload_numbers(node: object) -> list[float]:
+    if isinstance(node, bool):
+        return []
+    if isinstance(node, (int, float)):
+        return [float(node)] if node == node and abs(node) != float("inf") else []
+    if isinstance(node, dict):
+        return [x for v in node.values() for x in payload_numbers(v)]
+    if isinstance(node, list):
+        return [x for v in node for x in payload_numbers(v)]
+    return []
+
+
+def numeric_cells(body: str) -> list[str]:
+    lines = body.splitlines()
+    cells = []
+    for i, line in enumerate(lines):
+        is_header = i + 1 < len(lines) and lines[i + 1].startswith("|---")
+        if not line.startswith("|") or line.startswith("|---") or is_header:
+            continue
+        cells += [c.strip() for c in line.strip().strip("|").split("|")[1:] if NUMERIC_CELL.match(c.strip())]
+    return cells
+
+
+@pytest.mark.parametrize("name", MEASUREMENT_SECTIONS)
+def test_measurement_tables_print_their_payload(name):
+    data = payload(name)
+    values = payload_numbers(data)
+    if name == "rewards":  # its speed-up column is the loop's median over each path's
+        values += [data["median_ms"]["loop"] / v for v in data["median_ms"].values()]
+    known = set().union(*(printed_forms(v) for v in values))
+    cells = numeric_cells(sections()[name]["body"])
+    assert cells, name
+    for cell in cells:
+        for number in re.findall(r"[+−-]?\d[\d.]*(?:e[+-]\d+)?", cell):
+            assert number.replace("−", "-").lstrip("+") in known, f"{name}: {cell!r} is not in {name}.json"
+
+
+def test_throughput_section_renders_from_its_results():
+    throughput = bench("throughput")  # its report is a function of the payload: re-render it exactly
+    assert sections()["throughput"]["body"] == throughput.report(payload("throughput")).strip()
