@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolgym.rewards.base import RewardModule
-from toolgym.rewards.composite import _module_entries, _to_plain, build_composite, get_reward
+from toolgym.rewards.composite import _module_entries, _as_containers, build_composite, get_reward
 
 DEFAULT_REWARD = "grpo_f1"  # outcome GRPO on selection F1: needs no runtime object
 CONFIG_KEYS = ("name", "options", "modules")
@@ -33,7 +33,7 @@ CONFIG_KEYS = ("name", "options", "modules")
 
 def reward_config(config: Any = None) -> dict[str, Any]:
     """``config`` (any accepted shape, omegaconf or plain) as ``{name, options}`` or ``{modules, name?}``."""
-    config = _to_plain(config)
+    config = _as_containers(config)
     if dataclasses.is_dataclass(config) and not isinstance(config, type):  # a typed config section
         config = dataclasses.asdict(config)
     if config is None:

@@ -111,7 +111,7 @@ def _num_turns(traj: Trajectory, credits: list[GroupCredit], i: int) -> int:
 RUNTIME_KEYS = ("retrieve", "embed", "judge")
 
 
-def _to_plain(config: Any) -> Any:
+def _as_containers(config: Any) -> Any:
     try:  # omegaconf is optional for callers: plain dicts work the same
         from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -224,7 +224,7 @@ def build_composite(config: Mapping[str, Any] | Any, **runtime: Any) -> Composit
     (``retrieve``, ``embed``, ``judge``); each module gets those its constructor accepts, and a
     module whose ``needs`` are missing is a clear error.
     """
-    config = _to_plain(config)
+    config = _as_containers(config)
     if not isinstance(config, Mapping):
         raise ValueError(f"a reward config must be a mapping, got {type(config).__name__}")
     unknown_runtime = runtime.keys() - set(RUNTIME_KEYS)
