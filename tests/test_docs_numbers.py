@@ -341,3 +341,21 @@ def test_measurement_tables_print_their_payload(name):
 def test_throughput_section_renders_from_its_results():
     throughput = bench("throughput")  # its report is a function of the payload: re-render it exactly
     assert sections()["throughput"]["body"] == throughput.report(payload("throughput")).strip()
+
+
+def test_readme_results_table_numbers_are_in_the_files_it_names():
+    """README's results table: each row names its results file; every number in its "measured"
+    cell is one of that file's values at the printed precision, or printed in that file's
+    docs/benchmarks.md section (checked against the file above, e.g. a speed-up the report derives)."""
+    text = (ROOT / "README.md").read_text()
+    begin = text.index("## Results")
+    section = text[begin:text.find("\n## ", begin + 1)]
+    rows = [line for line in section.splitlines() if line.startswith("|") and ".json`" in line]
+    assert rows
+    for line in rows:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        files = re.findall(r"`(\w+)\.json`", cells[-1])
+        known = set().union(*(printed_forms(v) for f in files for v in payload_numbers(payload(f))))
+        known |= {n for f in files if f in sections() for n in re.findall(r"\d+\.\d+", sections()[f]["body"])}
+        for number in re.findall(r"(?<![\w@])[+−-]?\d+\.\d+", cells[1]):
+            assert number.replace("−", "-").lstrip("+") in known, f"README: {number} ({cells[0]}) is not in {files}"
