@@ -100,19 +100,25 @@ def run_grpo(run: str, warm_start: str, run_dir: Path, budget_s: float, config: 
 
 
 def evaluate(model_or_policy: Any, env_name: str, n: int, cache: Path | None, batch_size: int = 8) -> dict[str, Any]:
-    """Per-task greedy evaluation, cached as JSON (an evaluation is the costly part on CPU)."""
+    """Per-task greedy evaluation, cached as JSON (an evaluation is the costly part on CPU).
+
+    The cache is reused only for the same model, task count and generation settings (a cache of
+    another token budget once stood in for a new one's rows)."""
     from toolgym.evaluation.paired import evaluate_per_task
     from toolgym.trainers.checkpoint import load_policy
 
+    env = ENVS[env_name]
+    settings = {"model": str(model_or_policy), "max_new_tokens": env["max_new_tokens"],
+                "stop_strings": list(env["stop_strings"]), "env_kwargs": dict(env["kwargs"])}
     if cache is not None and cache.exists():
         got = json.loads(cache.read_text())
-        if got["num_tasks"] == n:
+        if got["num_tasks"] == n and got.get("settings") == settings:
             return got
-    env = ENVS[env_name]
     policy = load_policy(model_or_policy, sampling={"max_new_tokens": env["max_new_tokens"],
                                                      "stop_strings": env["stop_strings"]})
     result = evaluate_per_task(policy, env["id"], {**env["kwargs"], "split": env.get("eval_split", "heldout")}, num_tasks=n,
                                batch_size=batch_size, max_new_tokens=env["max_new_tokens"])
+    result["settings"] = settings
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(result, indent=2))
