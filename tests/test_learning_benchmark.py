@@ -1,8 +1,8 @@
 """benchmarks/learning.py builds valid structured train configs for every run it knows."""
 import sys
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
