@@ -386,6 +386,18 @@ LEARNING_DOC = Path(__file__).resolve().parent.parent / "docs" / "learning.md"
 SECTION = "credit_schemes_runs"
 
 
+def weighted_terms(scheme: str, shares: dict[str, float]) -> dict[str, float]:
+    """The shares of the terms ``scheme`` gives weight (a weight-0 module is logged too, e.g. TCA under
+    ``esm_only``); ``outcome`` is the group normalisation of the weighted outcome terms together."""
+    from toolgym.rewards.composite import scheme_config
+
+    try:
+        weights = {m["module"]: float(m.get("weight", 1.0)) for m in scheme_config(scheme)["modules"]}
+    except (KeyError, ValueError):  # not a registered scheme: show every term
+        return dict(shares)
+    return {t: v for t, v in shares.items() if weights.get(t, 1.0) != 0.0 and t != "monitors"}
+
+
 def metric_names(env_name: str) -> dict[str, str]:
     return METRICS if env_name in TOOLSEARCH_ENVS else DECOMPOSE_METRICS
 
@@ -514,11 +526,11 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
                 nz.setdefault(term, []).append(v)
         rows.append([f"`{scheme}`", ", ".join(str(r["seed"]) for r in mine), by_step, _pm(gain),
                      gain["seed_sd"] is not None and f"{gain['seed_sd']:.3f}" or "-", *finals,
-                     " ".join(f"{t} {np.mean(v):.2f}" for t, v in nz.items() if t not in ("monitors",))])
+                     " ".join(f"{t} {v:.2f}" for t, v in weighted_terms(scheme, {t: float(np.mean(v)) for t, v in nz.items()}).items())])
     parts.append(markdown_table(["scheme", "seeds", f"held-out {names[key0]} by step (mean over seeds)",
                                  f"pooled {names[key0]} gain ± paired se", "seed sd of the gain",
                                  *[f"final {v} (mean ± sd over seeds)" for v in list(names.values())[1:]],
-                                 "groups with non-zero credit, per term"], rows))
+                                 "training groups with non-zero credit, per weighted term"], rows))
     best = max(schemes, key=lambda sc: paired_difference_over_seeds(final_by_task(schemes[sc], key0),
                                                                    warm_by_task(schemes[sc], key0))["diff"])
     g = paired_difference_over_seeds(final_by_task(schemes[best], key0), warm_by_task(schemes[best], key0))
@@ -550,8 +562,8 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
                      f"{replay['rollouts']} rollouts, scored by every scheme with `toolgym replay`'s scorer): mean "
                      "advantage per turn type (share of positive / negative cells).\n\n" + replay_table(replay)
                      + "\n\nGroups with non-zero credit in these rollouts, per term: "
-                     + "; ".join(f"`{n}` " + ", ".join(f"{t} {v:.2f}" for t, v in sc["nonzero_group_share"].items()
-                                                       if t != "monitors")
+                     + "; ".join(f"`{n}` " + ", ".join(f"{t} {v:.2f}"
+                                                       for t, v in weighted_terms(n, sc["nonzero_group_share"]).items())
                                  for n, sc in replay["schemes"].items())
                      + f".\n\n![credit per turn type]({os.path.relpath(rpng, LEARNING_DOC.parent)})")
     return "\n\n".join(parts)

@@ -179,3 +179,9 @@ def test_a_run_folder_of_other_settings_is_refused(tmp_path):
     assert cs.run_scheme("toolsearch", "grpo_f1", 0, args, warm={})["marker"] == "cached"
     with pytest.raises(SystemExit, match="other settings"):  # same dir, one more step: not silently mixed
         cs.run_scheme("toolsearch", "grpo_f1", 0, _args(tmp_path, steps=4), warm={})
+
+
+def test_only_the_terms_a_scheme_weights_are_reported():
+    shares = {"esm": 0.75, "tca": 0.1, "monitors": 1.0, "outcome": 0.5}
+    assert cs.weighted_terms("tca_only", shares) == {"tca": 0.1, "outcome": 0.5}  # ESM is logged at weight 0
+    assert cs.weighted_terms("toolsearcher", shares) == {"esm": 0.75, "tca": 0.1, "outcome": 0.5}
