@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from toolgym.data.records import Task
 from toolgym.retrieval.corpus import ToolCorpus
-from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k, recall_at_k, selection_prf
 from toolgym.cli.main import check_output_file
 
 

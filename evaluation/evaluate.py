@@ -20,16 +20,13 @@ import math
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
 from toolgym.agents.policy import ChatPolicy
 from toolgym.data.records import Task, Trajectory, write_rollouts
 
-if TYPE_CHECKING:
-    from toolgym.agents.model import ModelConfig
-    from toolgym.agents.policy import SamplingConfig
 
 # Rates reported in percent; everything else as is.
 PERCENT_KEYS = ("F1", "P", "R", "Match", "SRecall", "invalid", "submitted", "N@5", "C@10")

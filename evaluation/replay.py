@@ -19,7 +19,6 @@ said on stdout; without ``--dataset`` the output says that the file's own gold i
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from toolgym.data.records import Task, Trajectory, read_rollouts
-from toolgym.rewards import GroupCredit, aggregate_components, build_reward, runtime_needs, scheme_names
+from toolgym.rewards import GroupCredit, aggregate_components, build_reward, runtime_needs
 
 
 @dataclass

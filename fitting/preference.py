@@ -15,7 +15,6 @@ corruption, before (untrained head) and after training. The model folder
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import random

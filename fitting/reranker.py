@@ -23,7 +23,6 @@ wall-clock budget. After each stage the held-out tasks are reranked (the retriev
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import random

@@ -14,14 +14,13 @@ Writes ``metrics.jsonl`` (loss per step, held-out N@k / C@k at the end), ``curve
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from toolgym.cli.main import main
-from toolgym.trainers.config import MAX_CONFIG_BYTES
+from toolgym.data.readers import MAX_CONFIG_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"

@@ -98,7 +98,8 @@ def test_interpolation_bomb_in_overrides_is_refused_quickly(tmp_path):
 
 
 def test_overrides_and_file_share_the_reference_cap(tmp_path):
-    from toolgym.trainers.config import MAX_CONFIG_REFERENCES, load_train_config
+    from toolgym.data.readers import MAX_CONFIG_REFERENCES
+    from toolgym.trainers.config import load_train_config
 
     cfg = json.loads(json.dumps(TINY))
     cfg["run_dir"] = str(tmp_path / "run")

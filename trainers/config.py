@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
-from toolgym.data.readers import (MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_CONFIG_REFERENCES, read_yaml_mapping,
-                                 yaml_references)
+from toolgym.data.readers import MAX_CONFIG_REFERENCES, read_yaml_mapping, yaml_references
 from toolgym.agents.model import MODEL_DTYPES, ModelConfig, check_device, model_source
 from toolgym.agents.policy import ENGINES, PRECISIONS, SamplingConfig
 

@@ -9,10 +9,7 @@ task, ``env_reward`` set); the reward distribution of what was kept goes to ``FI
 """
 from __future__ import annotations
 
-import argparse
-import json
 import re
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np

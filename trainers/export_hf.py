@@ -25,7 +25,6 @@ derived, the two configs), ``tasks/<split>.parquet`` and ``corpus/tools.parquet`
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any

@@ -17,12 +17,10 @@ row count; ``--max-tasks`` below 1 is an error (exit 2), not "all" or "all but N
 """
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from toolgym.trainers.export_hf import MAX_ENV_KWARGS_CHARS, check_max_tasks, parse_env_kwargs, task_rows, write_parquet  # noqa: F401
+from toolgym.trainers.export_hf import task_rows
 
 AGENT_NAME = "toolgym_agent"  # toolgym.trainers.verl.agent_loop.AGENT_NAME (not imported: verl is heavy)
 

@@ -16,16 +16,14 @@ plain transformers folder with weights and tokenizer, what ``toolgym train model
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from toolgym.trainers.config import ModelConfig, config_dict, config_yaml, load_config
+from toolgym.trainers.config import ModelConfig, config_dict, load_config
 from toolgym.trainers.console import verbose
 
 @dataclass
