@@ -132,6 +132,38 @@ def weight_grid(indexes: dict[str, ToolIndex], tasks: Sequence[Task]) -> dict[st
     return out
 
 
+def rrf_displacement(indexes: dict[str, ToolIndex], tasks: Sequence[Task], bm25: str) -> dict[str, float]:
+    """Why RRF loses the better list's answers: the queries whose better single list (BM25 or
+    dense, whichever has the higher C@10 here) holds every gold tool in its top 10 while RRF's
+    top 10 does not, and the median ranks (100 deep; 101 = not in the list) of the gold tools RRF
+    pushed out and of the tools that took their places."""
+    from toolgym.retrieval.fusion import fuse_rrf
+    from toolgym.retrieval.index import HYBRID_DEPTH, RRF_C
+
+    queries = [t.context_text() for t in tasks]
+    lists = {s: [r.ids for r in indexes[s].search_batch(queries, k=HYBRID_DEPTH)] for s in (bm25, "dense")}
+    c10 = {s: np.mean([completeness_at_k(r, t.gold, 10) for r, t in zip(lists[s], tasks)]) for s in lists}
+    strong, weak = (bm25, "dense") if c10[bm25] >= c10["dense"] else ("dense", bm25)
+    lost, gold_ranks, intruder_ranks = 0, {strong: [], weak: []}, {strong: [], weak: []}
+    for j, task in enumerate(tasks):
+        top = set(lists[strong][j][:10])
+        fused = fuse_rrf([lists[bm25][j], lists["dense"][j]], k=10, c=RRF_C)
+        if not (set(task.gold) <= top) or set(task.gold) <= set(fused):
+            continue
+        lost += 1
+        rank = {s: {t: r for r, t in enumerate(lists[s][j], start=1)} for s in lists}
+        for s in (strong, weak):
+            gold_ranks[s] += [rank[s].get(t, HYBRID_DEPTH + 1) for t in set(task.gold) - set(fused)]
+            intruder_ranks[s] += [rank[s].get(t, HYBRID_DEPTH + 1) for t in fused if t not in top]
+    pushed = gold_ranks[weak]
+    return {"strong": strong, "queries": len(tasks), "lost": lost, "gold_pushed_out": len(pushed),
+            "gold_missing_from_weak": int(sum(r > HYBRID_DEPTH for r in pushed)),
+            "gold_median_rank_strong": float(np.median(gold_ranks[strong])) if pushed else None,
+            "gold_median_rank_weak": float(np.median(pushed)) if pushed else None,
+            "intruder_median_rank_strong": float(np.median(intruder_ranks[strong])) if pushed else None,
+            "intruder_median_rank_weak": float(np.median(intruder_ranks[weak])) if pushed else None}
+
+
 def choose_weight(grid: dict[str, dict[str, float]], best_single: dict[str, float]) -> str:
     """The weight with the largest worst-case margin over the better single retriever, then mean C@10."""
     weights = list(next(iter(grid.values())))
@@ -168,6 +200,18 @@ def report_markdown(data: dict) -> str:
         body.append([d, f"{m['hybrid rrf (old text)'] - max(m['bm25 (old text)'], m['dense']):+.1f}",
                      f"{m['hybrid rrf'] - max(m['bm25'], m['dense']):+.1f}"])
     md.append(markdown_table(["dataset", "Δ old text (RRF)", "Δ new text (RRF)"], body))
+    md.append("\nWhat RRF throws away (train parts): queries whose better single list has every gold tool in its "
+              "top 10 while RRF's top 10 does not; median ranks (100 deep, 101 = absent) of the gold tools RRF "
+              "pushed out and of the tools that took their places, in the better (strong) and the other (weak) list.\n")
+    body = []
+    for d, per_text in data["rrf_displacement"].items():
+        for text, x in per_text.items():
+            body.append([d, text, x["strong"], f"{x['lost']} / {x['queries']}",
+                         f"{x['gold_missing_from_weak']} / {x['gold_pushed_out']}",
+                         f"{x['gold_median_rank_strong']} / {x['gold_median_rank_weak']}",
+                         f"{x['intruder_median_rank_strong']} / {x['intruder_median_rank_weak']}"])
+    md.append(markdown_table(["dataset", "BM25 text", "strong list", "queries lost", "pushed-out gold absent from weak",
+                              "pushed-out gold rank strong / weak", "intruder rank strong / weak"], body))
     return "\n".join(md)
 
 
@@ -176,7 +220,7 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=300, help="held-out queries per dataset (seeded sample)")
     args = parser.parse_args()
     start = time.perf_counter()
-    grid, train_best, heldout_rows, parts = {}, {}, {}, {}
+    grid, train_best, heldout_rows, parts, displacement = {}, {}, {}, {}, {}
     for name in BUNDLED:
         corpus, train, held = dataset_parts(name)
         held = seeded_sample(held, args.cap)
@@ -188,13 +232,15 @@ def main() -> None:
         train_single = rows_for({s: indexes[s] for s in ("bm25", "dense")}, train)
         train_best[name] = max(means(train_single, "bm25")["C@10"], means(train_single, "dense")["C@10"])
         heldout_rows[name] = rows_for(indexes, held)
+        displacement[name] = {"old": rrf_displacement(indexes, train, "bm25 (old text)"),
+                              "new": rrf_displacement(indexes, train, "bm25")}
         m = {s: round(means(heldout_rows[name], s)["C@10"], 1) for s in SYSTEMS}
         print(f"[{time.perf_counter() - start:5.0f} s] {name}: held-out C@10 {m}", flush=True)
     chosen = choose_weight(grid, train_best)
     data = {"seed": SEED, "cap": args.cap, "parts": parts, "weight_grid": list(WEIGHT_GRID), "grid": grid,
             "train_best_single": train_best, "chosen_weight": chosen, "index_weight": f"{HYBRID_BM25_WEIGHT:.2f}",
             "heldout": {d: {s: means(rows, s) for s in SYSTEMS} for d, rows in heldout_rows.items()},
-            "heldout_rows": heldout_rows, "wall_s": round(time.perf_counter() - start, 1)}
+            "heldout_rows": heldout_rows, "rrf_displacement": displacement, "wall_s": round(time.perf_counter() - start, 1)}
     write_report("fusion", data, "Hybrid fusion (BM25 + MiniLM)", report_markdown(data))
     print(report_markdown(data))
     if chosen != data["index_weight"]:
