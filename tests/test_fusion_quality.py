@@ -76,3 +76,27 @@ def test_weight_choice_by_hand():
     grid = {"a": {"0.4": 70.0, "0.5": 72.0, "0.6": 75.0}, "b": {"0.4": 80.0, "0.5": 79.0, "0.6": 70.0}}
     best = {"a": 71.0, "b": 80.0}  # margins: 0.4 -> -1, 0.5 -> -1, 0.6 -> -10
     assert bench.choose_weight(grid, best) == "0.5"  # ties with 0.4 on the margin, larger mean (75.5 vs 75)
+
+
+def test_retrieval_doc_fusion_table_is_the_benchmarks():
+    """docs/retrieval.md's before/after table: each printed number is fusion.json's, to 0.1."""
+    import json
+
+    data = json.loads((ROOT / "benchmarks" / "results" / "fusion.json").read_text())["heldout"]
+    text = (ROOT / "docs" / "retrieval.md").read_text()
+    section = text[text.index("## Hybrid fusion"):]
+    names = {"Seal-Tools": "seal_tools", "StableToolBench": "stabletoolbench", "MetaTool": "metatool",
+             "MetaTool two-tool": "metatool_multi", "API-Bank": "api_bank"}
+    seen = set()
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        label = cells[0].rsplit(" (", 1)[0]
+        if not line.startswith("|") or label not in names:
+            continue
+        m = data[names[label]]
+        pair = lambda s: f"{m[s]['C@10']:.1f} / {m[s]['N@5']:.1f}"  # noqa: E731
+        best = max(m["bm25"]["C@10"], m["dense"]["C@10"])
+        assert cells[1:5] == [pair(s) for s in ("bm25", "dense", "hybrid rrf", "hybrid")], label
+        assert [c.replace("−", "-") for c in cells[5:7]] == [f"{m[s]['C@10'] - best:+.1f}" for s in ("hybrid rrf", "hybrid")], label
+        seen.add(names[label])
+    assert seen == set(names.values())
