@@ -28,13 +28,20 @@ from toolgym.retrieval.corpus import ToolCorpus
 def split_tasks(tasks: Sequence[Task], heldout_fraction: float, seed: int = 0) -> tuple[list[Task], list[Task]]:
     """Deterministic (train, held-out) partition: a ``random.Random(seed)`` sample of the ids, sorted.
 
-    Input order is kept inside each part. ``heldout_fraction`` in [0, 1).
+    Tasks with the same query text (``context_text``) fall on the same side: each such group is
+    drawn as one, by its smallest id (a dataset without repeated texts gets exactly the sample of
+    its sorted ids), so :func:`check_disjoint` holds by construction. Input order is kept inside
+    each part. ``heldout_fraction`` in [0, 1).
     """
     if not 0.0 <= heldout_fraction < 1.0:
         raise ValueError(f"heldout_fraction must be in [0, 1), got {heldout_fraction}")
-    ids = sorted(t.id for t in tasks)
+    group_of: dict[str, str] = {}
+    for t in sorted(tasks, key=lambda t: t.id):
+        group_of.setdefault(t.context_text(), t.id)
+    ids = sorted(set(group_of.values()))
     held = set(random.Random(seed).sample(ids, int(round(heldout_fraction * len(ids)))))
-    return [t for t in tasks if t.id not in held], [t for t in tasks if t.id in held]
+    return ([t for t in tasks if group_of[t.context_text()] not in held],
+            [t for t in tasks if group_of[t.context_text()] in held])
 
 
 def check_disjoint(train: Iterable[Task], evaluated: Iterable[Task]) -> None:

@@ -12,13 +12,9 @@ import json
 import random
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
-
 from dataclasses import dataclass
-from typing import Optional, TypeVar
-
-T = TypeVar("T")
+from pathlib import Path
+from typing import Any, Optional
 
 
 class Budget:
@@ -192,7 +188,7 @@ class FitDataConfig:
     """
 
     dataset: str = "seal_tools"
-    train_split: str = "train"
+    train_split: Optional[str] = "train"
     eval_split: Optional[str] = "heldout"
     corpus_path: Optional[str] = None
     tasks_path: Optional[str] = None
@@ -223,7 +219,7 @@ def load_train_eval(cfg: Any) -> tuple[Any, list[Any], list[Any]]:
     else:
         from toolgym.data import load_dataset
 
-        if cfg.train_split == cfg.eval_split:
+        if cfg.eval_split is not None and cfg.train_split == cfg.eval_split:
             raise ValueError("train_split and eval_split must differ: training never sees the evaluated queries")
         ds = load_dataset(cfg.dataset, split=cfg.train_split)
         corpus, train = ds.corpus, list(ds.tasks)
@@ -239,3 +235,93 @@ def load_train_eval(cfg: Any) -> tuple[Any, list[Any], list[Any]]:
         raise ValueError("no training tasks")
     check_disjoint(train, held)
     return corpus, train, held
+
+
+# -- training mixtures ------------------------------------------------------------------------
+@dataclass
+class FitSource:
+    """One source of a training mixture (an entry of a fit config's ``sources`` list).
+
+    Parameters:
+        dataset (`str` or `None`), train_split (`str` or `None`: the dataset's first split),
+        eval_split (`str` or `None`: hold out ``heldout_fraction`` of the training split):
+            A registered dataset and its parts.
+        corpus_path (`str` or `None`), tasks_path (`str` or `None`):
+            Or a corpus and a tasks JSONL (e.g. ``toolgym generate`` output), held out by fraction.
+        heldout_fraction (`float`, defaults to `0.2`), train_limit / eval_limit (`int`, `0` = all).
+        weight (`float`, defaults to `1.0`):
+            Its share of the training batches: batches are drawn per source in proportion to the
+            weights (a source with fewer batches than its share repeats them).
+        name (`str` or `None`): its label in the summary (default: the dataset or the tasks file's stem).
+    """
+
+    dataset: Optional[str] = None
+    train_split: Optional[str] = None
+    eval_split: Optional[str] = None
+    corpus_path: Optional[str] = None
+    tasks_path: Optional[str] = None
+    heldout_fraction: float = 0.2
+    train_limit: int = 0
+    eval_limit: int = 0
+    weight: float = 1.0
+    name: Optional[str] = None
+
+
+@dataclass
+class SourceData:
+    """A loaded source: its own corpus (negatives are drawn from it only), train and held-out tasks."""
+
+    name: str
+    corpus: Any
+    train: list
+    heldout: list
+    weight: float = 1.0
+
+
+def load_sources(cfg: Any) -> list[SourceData]:
+    """The training sources of a fit config: its ``sources`` list, or (when empty) the one source its
+    top-level data keys name. No held-out query of any source is a training query of any source."""
+    from toolgym.data.training_data import check_disjoint
+
+    specs = list(getattr(cfg, "sources", None) or [])
+    if not specs:
+        corpus, train, held = load_train_eval(cfg)
+        name = cfg.dataset if not cfg.tasks_path else Path(cfg.tasks_path).stem
+        return [SourceData(str(name), corpus, train, held, 1.0)]
+    out: list[SourceData] = []
+    for i, spec in enumerate(specs):
+        if spec.weight <= 0:
+            raise ValueError(f"sources[{i}].weight must be > 0, got {spec.weight}")
+        if (spec.dataset is None) == (spec.tasks_path is None):
+            raise ValueError(f"sources[{i}] names exactly one of dataset or corpus_path + tasks_path")
+        view = FitDataConfig(dataset=spec.dataset or "", train_split=spec.train_split, eval_split=spec.eval_split,
+                             corpus_path=spec.corpus_path, tasks_path=spec.tasks_path,
+                             heldout_fraction=spec.heldout_fraction, train_limit=spec.train_limit,
+                             eval_limit=spec.eval_limit, seed=cfg.seed)
+        corpus, train, held = load_train_eval(view)
+        name = spec.name or spec.dataset or Path(str(spec.tasks_path)).stem
+        if any(s.name == name for s in out):
+            raise ValueError(f"two sources are named {name!r}: give one a name")
+        out.append(SourceData(name, corpus, train, held, float(spec.weight)))
+    check_disjoint([t for s in out for t in s.train], [t for s in out for t in s.heldout])
+    return out
+
+
+def proportional_batches(batches: dict[str, list[list[int]]], weights: dict[str, float],
+                         rng: random.Random, total: int | None = None) -> list[tuple[str, list[int]]]:
+    """A seeded order of ``(source, batch)``: every batch comes from one source (in-batch negatives
+    stay in the query's own library), and source ``s`` gets ``total · w_s / Σw`` of the ``total``
+    batches (default: all the sources' batches), largest remainders rounding the shares; a source
+    with fewer batches than its share cycles through them again."""
+    names = [n for n in batches if batches[n]]
+    if not names:
+        return []
+    total = sum(len(batches[n]) for n in names) if total is None else int(total)
+    weight_sum = sum(weights[n] for n in names)
+    exact = {n: total * weights[n] / weight_sum for n in names}
+    counts = {n: int(exact[n]) for n in names}
+    for n in sorted(names, key=lambda n: (counts[n] - exact[n], names.index(n)))[: total - sum(counts.values())]:
+        counts[n] += 1
+    plan = [(n, batches[n][i % len(batches[n])]) for n in names for i in range(counts[n])]
+    rng.shuffle(plan)
+    return plan

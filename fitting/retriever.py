@@ -26,11 +26,13 @@ import numpy as np
 
 from toolgym.fitting.common import (
     FitDataConfig,
+    FitSource,
     Budget,
     MetricsLog,
     optimizer_step,
     budgeted_schedule,
-    load_train_eval,
+    load_sources,
+    proportional_batches,
     plot_fit_curves,
     set_seed,
 )
@@ -44,6 +46,10 @@ class FitRetrieverConfig(FitDataConfig):
     ``first_negatives``: negatives of round 0, ``random`` (Algorithm 1, line 2) or ``model`` = mined
     by the starting model through a dense ToolIndex (its corpus embeddings are cached);
     ``hard_negative_rounds``: R of Algorithm 1, rounds mined by the model being trained.
+    ``sources``: a training mixture (:class:`~toolgym.fitting.common.FitSource` entries, each with
+    its own corpus, held-out part and sampling weight); empty = the one source of the top-level
+    data keys. Negatives, random or mined, and every batch's in-batch negatives come from the
+    query's own library; the held-out numbers are reported per source.
     """
 
     model: str = "minilm"
@@ -58,6 +64,7 @@ class FitRetrieverConfig(FitDataConfig):
     negatives_per_query: int = 1
     first_negatives: str = "random"
     hard_negative_rounds: int = 1
+    sources: list[FitSource] = field(default_factory=list)
     eval_ks: list[int] = field(default_factory=lambda: [1, 5, 10])
 
 
@@ -105,9 +112,10 @@ def mine_with_index(index: Any, tasks: Sequence[Any], k: int, depth: int = 50) -
     return {t.id: top_k_hard_negatives(list(r.ids), None, t.gold, k) for t, r in zip(tasks, found)}
 
 
-def train_round(model: Any, triples: list[Any], cfg: Any, budget: Budget, log: MetricsLog, stage: str,
-                step0: int, rng: random.Random) -> int:
-    """One round of eq. 13 over ``triples``; returns the global step reached."""
+def train_round(model: Any, triples: dict[str, list[Any]], cfg: Any, budget: Budget, log: MetricsLog, stage: str,
+                step0: int, rng: random.Random, weights: dict[str, float] | None = None) -> int:
+    """One round of eq. 13 over every source's ``triples`` (batches drawn per source in proportion
+    to ``weights``, :func:`~toolgym.fitting.common.proportional_batches`); returns the global step reached."""
     import torch
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from sentence_transformers.util import batch_to_device
@@ -116,21 +124,24 @@ def train_round(model: Any, triples: list[Any], cfg: Any, budget: Budget, log: M
     from toolgym.data.training_data import no_duplicate_batches
 
     loss_fn = MultipleNegativesRankingLoss(model, scale=float(cfg.scale))
-    batches = []
+    weights = weights or {name: 1.0 for name in triples}
+    plan = []
     for _ in range(max(int(cfg.epochs), 1)):
-        batches += no_duplicate_batches(triples, int(cfg.batch_size), lambda t: (t.query, t.positive, *t.negatives), rng)
+        per_source = {name: no_duplicate_batches(items, int(cfg.batch_size), lambda t: (t.query, t.positive, *t.negatives), rng)
+                      for name, items in triples.items()}
+        plan += proportional_batches(per_source, weights, rng)
     if int(cfg.max_steps) > 0:
-        batches = batches[: int(cfg.max_steps)]
+        plan = plan[: int(cfg.max_steps)]
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(cfg.lr))
-    scheduler = budgeted_schedule(optimizer, len(batches), float(cfg.warmup_ratio), budget)
+    scheduler = budgeted_schedule(optimizer, len(plan), float(cfg.warmup_ratio), budget)
     model.train()
     step = step0
-    bar = tqdm(batches, desc=f"fit-retriever {stage}", disable=not cfg.progress)
-    for batch in bar:
+    bar = tqdm(plan, desc=f"fit-retriever {stage}", disable=not cfg.progress)
+    for source, batch in bar:
         if budget.spent():
             log.write({"stage": stage, "step": step, "event": "budget_spent", "elapsed_s": budget.elapsed()})
             break
-        items = [triples[i] for i in batch]
+        items = [triples[source][i] for i in batch]
         columns = [[t.query for t in items], [t.positive for t in items]]
         columns += [[t.negatives[j] for t in items] for j in range(len(items[0].negatives))]
         features = [batch_to_device(model.preprocess(c), model.device) for c in columns]
@@ -155,7 +166,7 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
     rng = random.Random(int(cfg.seed))
     out_dir = Path(cfg.output_dir)
     log = MetricsLog(out_dir)
-    corpus, train_tasks, eval_tasks = load_train_eval(cfg)
+    sources = load_sources(cfg)
     clock = Budget(0)  # wall clock of the whole command
 
     with torch.random.fork_rng(devices=[]):
@@ -164,11 +175,12 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
     m = int(cfg.negatives_per_query)
     rounds = max(int(cfg.hard_negative_rounds), 0)
     if cfg.first_negatives == "random":
-        negatives = {t.id: random_negatives(t.gold, corpus.ids, m, rng) for t in train_tasks}
+        negatives = {s.name: {t.id: random_negatives(t.gold, s.corpus.ids, m, rng) for t in s.train} for s in sources}
     elif cfg.first_negatives == "model":
-        negatives = mine_with_index(build_index(corpus, "dense", model=cfg.model), train_tasks, m)
+        negatives = {s.name: mine_with_index(build_index(s.corpus, "dense", model=cfg.model), s.train, m) for s in sources}
     else:
         raise ValueError(f"first_negatives must be 'random' or 'model', got {cfg.first_negatives!r}")
+    weights = {s.name: s.weight for s in sources}
     # The budget bounds training and later mining; the first negatives' cost is a one-off
     # corpus encoding that the embedding cache keeps.
     budget = Budget(float(cfg.budget_minutes))
@@ -178,24 +190,30 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
         if r > 0:
             if budget.spent():
                 break
-            negatives = mine_with_model(model, corpus, train_tasks, m)
-        triples = contrastive_triples(train_tasks, corpus, negatives, m)
+            negatives = {s.name: mine_with_model(model, s.corpus, s.train, m) for s in sources}  # within each library
+        triples = {s.name: contrastive_triples(s.train, s.corpus, negatives[s.name], m) for s in sources}
         start = step
-        step = train_round(model, triples, cfg, budget.share(1.0 / (rounds + 1 - r)), log, stage, step, rng)
-        round_info.append({"stage": stage, "triples": len(triples), "steps": step - start})
+        step = train_round(model, triples, cfg, budget.share(1.0 / (rounds + 1 - r)), log, stage, step, rng, weights)
+        round_info.append({"stage": stage, "triples": {name: len(t) for name, t in triples.items()}, "steps": step - start})
     model_dir = out_dir / "model"
     model.save(str(model_dir))
 
-    index = build_index(corpus, "dense", model=str(model_dir))
     ks = [int(k) for k in cfg.eval_ks]
-    ranked = index.search_batch([t.context_text() for t in eval_tasks], k=max(ks))
-    heldout = mean_retrieval_metrics([r.ids for r in ranked], eval_tasks, ks)
-    log.write({"stage": "eval", "step": step, **{f"heldout_{k}": v for k, v in heldout.items()}})
+    by_source = {}
+    for s in sources:
+        if not s.heldout:
+            continue
+        index = build_index(s.corpus, "dense", model=str(model_dir))
+        ranked = index.search_batch([t.context_text() for t in s.heldout], k=max(ks))
+        by_source[s.name] = mean_retrieval_metrics([r.ids for r in ranked], s.heldout, ks)
+        log.write({"stage": "eval", "step": step, "source": s.name, **{f"heldout_{k}": v for k, v in by_source[s.name].items()}})
+    # one source: its numbers; a mixture: the unweighted mean over sources (each reported too)
+    heldout = {k: float(np.mean([v[k] for v in by_source.values()])) for k in next(iter(by_source.values()), {})}
     summary = {
         "command": "fit-retriever", "model_dir": str(model_dir), "steps": step, "rounds": round_info,
-        "train_tasks": len(train_tasks), "eval_tasks": len(eval_tasks), "elapsed_s": clock.elapsed(),
-        "training_s": budget.elapsed(),
-        "budget_minutes": float(cfg.budget_minutes), "heldout": heldout,
+        "train_tasks": sum(len(s.train) for s in sources), "eval_tasks": sum(len(s.heldout) for s in sources),
+        "elapsed_s": clock.elapsed(), "training_s": budget.elapsed(),
+        "budget_minutes": float(cfg.budget_minutes), "heldout": heldout, "heldout_by_source": by_source,
         "config": dataclasses.asdict(cfg),
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -76,6 +76,18 @@ def test_split_tasks_is_disjoint_deterministic_and_leaks_are_caught():
         split_tasks(tasks, 1.0)
 
 
+def test_split_tasks_keeps_repeated_texts_on_one_side_and_is_unchanged_without_them():
+    tasks = _tasks(20)
+    ids = sorted(t.id for t in tasks)
+    old_held = set(random.Random(1).sample(ids, 5))  # the rule before repeated texts were grouped
+    assert {t.id for t in split_tasks(tasks, 0.25, seed=1)[1]} == old_held
+    repeats = tasks + [Task(id=f"dup{i}", query=tasks[i].query, gold=frozenset({"t0"})) for i in range(0, 20, 2)]
+    for seed in range(5):
+        train, held = split_tasks(repeats, 0.25, seed=seed)
+        check_disjoint(train, held)  # no held-out text is a training text
+        assert len(train) + len(held) == len(repeats)
+
+
 def test_pairs_triples_points_and_lists_on_seal_tools(seal):
     corpus = seal.corpus
     tasks = [t for t in seal.tasks if len(t.gold) >= 2][:3]
