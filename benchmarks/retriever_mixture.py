@@ -1,0 +1,182 @@
+"""Does one bi-encoder trained on every training split hold on a corpus it never saw? Leave-one-out.
+
+Runs ``toolgym fit-retriever`` on ``configs/fit_retriever_mixture.yaml`` (or ``--config``):
+``all`` trains on every source; ``minus_<name>`` on every source but ``name``, which it then meets
+zero-shot. Every trained model, and the reference rows (BM25 and the packaged MiniLM, untrained),
+is evaluated on every source's held-out part with the dense and the hybrid index: C@10 and N@5
+per query. Each finished run writes ``benchmarks/results/retriever_mixture/<run>.json`` (its
+settings, the model's weight hash and per-query rows per source) and, with ``--commit``, commits
+it at once, so a benchmark that takes hours loses nothing to an interruption: a run whose file is
+there (same settings) is not trained again. ``--report`` rebuilds the matrix (rows: trained on;
+columns: evaluated on) in docs/benchmarks.md from those files alone. Not run in CI.
+
+    python benchmarks/retriever_mixture.py --budget-minutes 40 --commit           # every run, hours
+    python benchmarks/retriever_mixture.py --runs all minus_api_bank --budget-minutes 2 --limit 50   # a smoke run
+    python benchmarks/retriever_mixture.py --report
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import RESULTS, ROOT, markdown_table, write_report  # noqa: E402
+
+OUT = RESULTS / "retriever_mixture"
+KS = (5, 10)
+REFERENCES = ("bm25", "packaged")  # rows of models nobody trained here
+
+
+def weights_hash(model_dir: Path) -> str:
+    """sha256 over the model folder's weight files (names and bytes), to tell runs' models apart."""
+    digest = hashlib.sha256()
+    for path in sorted(model_dir.rglob("*.safetensors")) + sorted(model_dir.rglob("*.bin")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def per_query_rows(index: Any, tasks: list[Any]) -> list[dict[str, Any]]:
+    from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
+
+    ranked = index.search_batch([t.context_text() for t in tasks], k=max(KS))
+    return [{"task_id": t.id, **{f"N@{k}": 100.0 * ndcg_at_k(r.ids, t.gold, k) for k in KS},
+             **{f"C@{k}": 100.0 * completeness_at_k(r.ids, t.gold, k) for k in KS}} for t, r in zip(tasks, ranked)]
+
+
+def evaluate_model(model: str | None, sources: list[Any], methods: tuple[str, ...]) -> dict[str, dict[str, list]]:
+    """``{source: {method: per-query rows}}`` of one encoder (``None``: the packaged MiniLM) on every held-out part."""
+    from toolgym.retrieval import build_index
+
+    out: dict[str, dict[str, list]] = {}
+    for s in sources:
+        out[s.name] = {m: per_query_rows(build_index(s.corpus, m, model=model), s.heldout) for m in methods}
+    return out
+
+
+def load_mixture(config: Path, limit: int | None, load: bool = True) -> tuple[Any, list[Any]]:
+    """The mixture config (``limit``: first N train and held-out tasks per source) and, with ``load``, its sources."""
+    import dataclasses
+
+    from toolgym.fitting.common import load_sources
+    from toolgym.fitting.retriever import FitRetrieverConfig
+    from toolgym.trainers.config import load_config
+
+    cfg = load_config(FitRetrieverConfig, config)
+    if limit:
+        cfg.sources = [dataclasses.replace(src, train_limit=limit, eval_limit=limit) for src in cfg.sources]
+    return cfg, load_sources(cfg) if load else []
+
+
+def run_one(name: str, args: argparse.Namespace, sources: list[Any], settings: dict[str, Any]) -> dict[str, Any]:
+    out = Path(args.results)
+    path = out / f"{name}.json"
+    if path.exists():
+        got = json.loads(path.read_text())
+        if got["settings"] == settings:
+            return got
+        raise SystemExit(f"{path} holds a run with other settings; move it away or use the same ones")
+    if name in REFERENCES:
+        rows = evaluate_model(None, sources, ("bm25",) if name == "bm25" else ("dense", "hybrid"))
+        result = {"run": name, "settings": settings, "trained_on": [], "rows": rows}
+    else:
+        from toolgym.trainers.config import config_yaml
+
+        left_out = name.removeprefix("minus_") if name != "all" else None
+        keep = [i for i, s in enumerate(sources) if s.name != left_out]
+        run_dir = Path(args.out) / name
+        cfg_path = run_dir.with_suffix(".yaml")
+        cfg_path.parent.mkdir(parents=True, exist_ok=True)
+        cfg, _ = load_mixture(Path(args.config), args.limit, load=False)
+        cfg.sources = [src for src in cfg.sources if src.dataset != left_out]  # without the left-out source
+        cfg_path.write_text(config_yaml(cfg))
+        overrides = [f"output_dir={run_dir}", f"budget_minutes={args.budget_minutes}", "progress=false"]
+        cmd = [sys.executable, "-m", "toolgym.cli.main", "fit-retriever", str(cfg_path), *overrides]
+        print("$", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True, cwd=ROOT)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        model_dir = Path(summary["model_dir"])
+        rows = evaluate_model(str(model_dir), sources, ("dense", "hybrid"))
+        result = {"run": name, "settings": settings, "trained_on": [sources[i].name for i in keep],
+                  "weights_sha256": weights_hash(model_dir), "train_summary": summary, "rows": rows}
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result) + "\n")
+    if args.commit:
+        subprocess.run(["git", "add", str(path)], check=True, cwd=ROOT)
+        subprocess.run(["git", "commit", "-q", "-m", f"retriever_mixture: {name} ({settings['budget_minutes']} min)",
+                        "--", str(path)], check=True, cwd=ROOT)
+    return result
+
+
+def mean(rows: list[dict[str, Any]], key: str) -> float:
+    return sum(r[key] for r in rows) / max(len(rows), 1)
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    """The matrix from the run files alone: one row per (run, method), one column per evaluated source."""
+    if not results:
+        return "No run yet."
+    sources = list(results[0]["rows"])
+    table = []
+    for res in results:
+        for method in res["rows"][sources[0]]:
+            cells = []
+            for s in sources:
+                rows = res["rows"][s][method]
+                zero_shot = res["run"] not in REFERENCES and s not in res["trained_on"]
+                cell = f"{mean(rows, 'C@10'):.1f} / {mean(rows, 'N@5'):.1f}"
+                cells.append(f"**{cell}**" if zero_shot else cell)
+            table.append([res["run"], method, *cells])
+    s0 = results[0]["settings"]
+    legend = (f"C@10 / N@5 on each source's held-out part (per-query rows in `benchmarks/results/retriever_mixture/`); "
+              f"bold: a source the row's model never trained on (zero-shot). Training budget "
+              f"{s0['budget_minutes']} min per run, config `{s0['config']}`"
+              + (f", {s0['limit']} tasks per source" if s0.get("limit") else "") + ".")
+    return legend + "\n\n" + markdown_table(["trained on", "index", *sources], table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=str(ROOT / "configs" / "fit_retriever_mixture.yaml"))
+    ap.add_argument("--runs", nargs="*", default=None, help="runs to do (default: bm25 packaged all minus_<each source>)")
+    ap.add_argument("--budget-minutes", type=float, default=40.0)
+    ap.add_argument("--limit", type=int, default=None, help="first N train and held-out tasks per source (smoke runs)")
+    ap.add_argument("--out", default="runs/retriever_mixture", help="training run folders")
+    ap.add_argument("--results", default=str(OUT), help="where each run's result file goes")
+    ap.add_argument("--commit", action="store_true", help="git-commit each run's result file when it finishes")
+    ap.add_argument("--no-report", action="store_true", help="print the table; leave docs/benchmarks.md alone")
+    ap.add_argument("--report", action="store_true", help="only rebuild the table from the result files")
+    args = ap.parse_args(argv)
+    if args.report:
+        results = [json.loads(p.read_text()) for p in sorted(Path(args.results).glob("*.json"))]
+        order = {name: i for i, name in enumerate(REFERENCES + ("all",))}
+        results.sort(key=lambda r: (order.get(r["run"], len(order)), r["run"]))
+        body = report(results)
+        if args.no_report:
+            print(body)
+            return 0
+        write_report("retriever_mixture", {"runs": [r["run"] for r in results]},
+                     "Retriever mixture: leave-one-dataset-out", body)
+        print(body)
+        return 0
+    _, sources = load_mixture(Path(args.config), args.limit)
+    runs = args.runs or [*REFERENCES, "all", *(f"minus_{s.name}" for s in sources)]
+    settings = {"config": str(Path(args.config).relative_to(ROOT)) if Path(args.config).is_absolute() else args.config,
+                "budget_minutes": args.budget_minutes, "limit": args.limit, "sources": [s.name for s in sources]}
+    for name in runs:
+        if name not in (*REFERENCES, "all") and name.removeprefix("minus_") not in {s.name for s in sources}:
+            ap.error(f"unknown run {name!r}")
+        run_one(name, args, sources, settings)
+    return main(["--report", "--results", args.results, *(["--no-report"] if args.no_report else [])])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""benchmarks/retriever_mixture.py: the leave-one-out matrix is the per-query rows' means, zero-shot cells marked,
+and a finished run is never trained again."""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import retriever_mixture as rm  # noqa: E402
+
+
+def _rows(*c10):
+    return [{"task_id": f"t{i}", "C@10": c, "N@5": c / 2, "C@5": 0.0, "N@10": 0.0} for i, c in enumerate(c10)]
+
+
+def test_matrix_cells_are_row_means_and_zero_shot_cells_are_bold():
+    settings = {"budget_minutes": 1.0, "config": "c.yaml", "limit": None}
+    results = [
+        {"run": "bm25", "settings": settings, "trained_on": [], "rows": {"a": {"bm25": _rows(100, 0)}, "b": {"bm25": _rows(50)}}},
+        {"run": "minus_b", "settings": settings, "trained_on": ["a"],
+         "rows": {"a": {"dense": _rows(100, 100)}, "b": {"dense": _rows(0, 100, 50)}}},
+    ]
+    table = rm.report(results)
+    assert "| bm25 | bm25 | 50.0 / 25.0 | 50.0 / 25.0 |" in table
+    assert "| minus_b | dense | 100.0 / 50.0 | **50.0 / 25.0** |" in table  # b is zero-shot for minus_b
+
+
+def test_a_finished_run_is_read_back_and_other_settings_are_refused(tmp_path):
+    settings = {"budget_minutes": 1.0, "config": "c.yaml", "limit": 5, "sources": ["a"]}
+    (tmp_path / "bm25.json").write_text(json.dumps({"run": "bm25", "settings": settings, "rows": {}}))
+    args = argparse.Namespace(results=str(tmp_path))
+    assert rm.run_one("bm25", args, [], settings)["settings"] == settings  # no source touched: nothing recomputed
+    with pytest.raises(SystemExit, match="other settings"):
+        rm.run_one("bm25", args, [], {**settings, "budget_minutes": 2.0})
