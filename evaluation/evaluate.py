@@ -354,7 +354,7 @@ def evaluate_agent(env_id_or_env: Any, agent: Any, *, dataset: str | None = None
 def format_eval_table(evals: dict[str, Any]) -> str:
     """A plain-text table of evaluations side by side (``{"before": result, "after": result}``), unpaired
     means ± se; ``toolgym train`` prints the paired gain under it (:func:`~toolgym.cli.train.paired_summary`)."""
-    keys = [k for k in ("reward", "F1", "Match", "SRecall", "search_turns", "invalid", "submitted")
+    keys = [k for k in ("reward", "N@5", "C@10", "subtasks", "F1", "Match", "SRecall", "search_turns", "invalid", "submitted")
             if any(k in v for v in evals.values())]
     lines = [f"{'metric':<16}" + "".join(f"{name:>20}" for name in evals)]
     for k in keys:

@@ -50,3 +50,13 @@ def test_train_command_prints_the_paired_line(monkeypatch, tmp_path, capsys):
     table_end = next(i for i, line in enumerate(out) if line.startswith("reward"))
     assert "paired over 4 tasks: +0.200 ± 0.082" in out[table_end + 1]
     assert out[-1] == f"metrics: {tmp_path / 'metrics.jsonl'}"
+
+
+def test_eval_table_shows_decomposition_retrieval_when_present():
+    from toolgym.evaluation.evaluate import format_eval_table
+
+    table = format_eval_table({"before": {"reward": 0.25, "C@10": 81.25, "C@10_se": 5.0, "subtasks": 4.9375},
+                               "after": {"reward": 0.25, "C@10": 87.5, "C@10_se": 4.0, "subtasks": 5.0}})
+    rows = {line.split()[0]: line for line in table.splitlines()[1:]}
+    assert "81.250 ± 5.000" in rows["C@10"] and "87.500 ± 4.000" in rows["C@10"]
+    assert "4.938 ± 0.000" in rows["subtasks"] and "N@5" not in rows  # only the keys the evaluations have
