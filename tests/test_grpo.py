@@ -253,3 +253,68 @@ def test_bf16_autocast_logprobs_stay_close_and_float32(tokenizer):
     assert half.dtype == torch.float32 and half.shape == full.shape
     assert not torch.equal(half, full)  # the decoder did run in bfloat16
     torch.testing.assert_close(half, full, rtol=0, atol=0.05)
+
+
+# -- the shared prompt prefix ---------------------------------------------------------------------
+def _group(seed=0, prompt_len=40, n=4):
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(5, 400, prompt_len).tolist()
+    seqs, masks = [], []
+    for i in range(n):
+        # a turn, an observation (mask 0), a second turn: the rollouts diverge after the prompt
+        tail = rng.integers(5, 400, 6 + 3 * i).tolist()
+        obs = rng.integers(5, 400, 5).tolist()
+        more = rng.integers(5, 400, 4 + i).tolist()
+        seqs.append(prompt + tail + obs + more)
+        masks.append([0] * prompt_len + [1] * len(tail) + [0] * len(obs) + [1] * len(more))
+    return seqs, masks
+
+
+def test_shared_prefix_length_stops_before_the_first_policy_token():
+    seqs, masks = _group()
+    assert grpo_module.shared_prefix_length(seqs, masks) == 40
+    masks[2] = [0] * 30 + [1] * (len(seqs[2]) - 30)  # a policy token at 30: the prefix ends there
+    assert grpo_module.shared_prefix_length(seqs, masks) == 30
+    seqs[1] = [7] + seqs[1][1:]
+    assert grpo_module.shared_prefix_length(seqs, masks) == (0 if seqs[0][0] != 7 else 30)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_shared_prefix_gives_the_unshared_logprobs_and_gradients(tiny, autocast):
+    seqs, masks = _group()
+    model = copy.deepcopy(tiny)
+    results = {}
+    for share in (False, True):
+        model.zero_grad(set_to_none=True)
+        lp = grpo_module.response_logprobs(model, seqs, masks, temperature=0.9, autocast_bf16=autocast,
+                                           share_prefix=share)
+        loss = sum((l * (k + 1)).sum() for k, l in enumerate(lp))  # a different weight per row
+        loss.backward()
+        results[share] = ([l.detach().clone() for l in lp], {n: p.grad.clone() for n, p in model.named_parameters()})
+    tol = 3e-2 if autocast else 1e-4
+    for a, b in zip(results[False][0], results[True][0]):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+    for name, g in results[False][1].items():
+        torch.testing.assert_close(g, results[True][1][name], atol=tol * 10, rtol=tol * 10, msg=name)
+
+
+def test_update_with_a_shared_prompt_matches_the_unshared_update(tiny):
+    """One GRPO step with share_prompt_prefix: micro-batches hold one group's rollouts, and the
+    updated weights equal the plain step's."""
+    seqs, masks = [], []
+    for seed in (1, 2):  # two tasks, four rollouts each, interleaved as a batch might come
+        s, m = _group(seed=seed)
+        seqs += s
+        masks += m
+    order = [0, 4, 1, 5, 2, 6, 3, 7]
+    seqs, masks = [seqs[i] for i in order], [masks[i] for i in order]
+    adv = [np.where(np.asarray(m) == 1, (-1.0) ** i * 0.5, 0.0) for i, m in enumerate(masks)]
+    weights = {}
+    for share in (False, True):
+        model = copy.deepcopy(tiny)
+        trainer = grpo_module.GRPOTrainer(model, {"lr": 1e-2, "kl_coef": 0.0, "micro_batch_size": 4,
+                                                  "share_prompt_prefix": share})
+        trainer.train_on(grpo_module.TokenBatch(token_ids=seqs, loss_mask=masks, advantages=adv))
+        weights[share] = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for name, w in weights[False].items():
+        torch.testing.assert_close(w, weights[True][name], atol=1e-4, rtol=1e-4, msg=name)

@@ -112,6 +112,11 @@ class GRPOConfig:
             head stay float32): ~1.6x faster forward+backward on CPUs with AVX512-BF16. Rollouts
             may sample in bf16 too (``sampling.precision``); on-policy updates take the old
             log-probs from the same pass.
+        share_prompt_prefix (`bool`, defaults to `False`):
+            Run a micro-batch's common prompt once: rollouts of one task share it, so the update
+            groups them into micro-batches, runs the shared prefix as one row and attends every
+            continuation to its (repeated) key/value cache. Same loss and gradient up to float
+            rounding; the prompt's forward and backward cost one row instead of ``group_size``.
         tis_cap (`float` or `None`, defaults to `None`):
             Truncated importance sampling against the sampler/trainer mismatch: each policy
             token's loss is weighted by ``min(π_train / π_sample, C)`` with ``C = tis_cap``,
@@ -133,6 +138,7 @@ class GRPOConfig:
     gradient_checkpointing: bool = False
     autocast_bf16: bool = False
     tis_cap: float | None = None
+    share_prompt_prefix: bool = False
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "GRPOConfig":

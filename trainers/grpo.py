@@ -156,10 +156,24 @@ def _decoder_and_head(model: Any) -> tuple[Any, Any]:
     return decoder, head
 
 
+MIN_SHARED_PREFIX = 16  # tokens: a shorter common prompt is not worth a pass of its own
+
+
+def shared_prefix_length(sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]]) -> int:
+    """Tokens every sequence starts with, up to (not into) the first policy token (mask 1) of any of them."""
+    first = min((next((p for p, m in enumerate(mask) if m), len(mask)) for mask in masks), default=0)
+    limit = min([first] + [len(s) - 1 for s in sequences])
+    head = sequences[0]
+    n = 0
+    while n < limit and all(s[n] == head[n] for s in sequences):
+        n += 1
+    return n
+
+
 def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
                       chunk: int = 1024, temperature: float = 1.0,
                       allowed: Sequence[Mapping[int, Sequence[int]] | None] | None = None,
-                      autocast_bf16: bool = False) -> list[torch.Tensor]:
+                      autocast_bf16: bool = False, share_prefix: bool = False) -> list[torch.Tensor]:
     """log π_T(token_p | tokens_<p) = log softmax(logits_p / T)[token_p] at every position ``p`` with mask 1.
 
     ``T`` is the sampling temperature (``<= 0``, greedy, counts as 1). One decoder pass over the
@@ -172,15 +186,13 @@ def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Seq
     """
     scale = 1.0 / temperature if temperature and temperature > 0 else 1.0
     device = next(model.parameters()).device
-    width = max(len(s) for s in sequences)
-    ids = torch.zeros((len(sequences), width), dtype=torch.long)
-    attn = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, s in enumerate(sequences):
-        ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
-        attn[i, : len(s)] = 1
     decoder, head = _decoder_and_head(model)
+    shared = shared_prefix_length(sequences, masks) if share_prefix and len(sequences) > 1 else 0
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast_bf16):
-        hidden = decoder(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state
+        if shared >= MIN_SHARED_PREFIX:
+            hidden = _hidden_with_shared_prefix(decoder, sequences, shared, device)
+        else:
+            hidden = _hidden(decoder, sequences, device)
     hidden = hidden.float()
     rows, cols, targets, counts = [], [], [], []
     sets: list[Sequence[int] | None] = []
@@ -209,6 +221,47 @@ def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Seq
     return list(torch.split(flat, counts))
 
 
+def prompt_keys(batch: "TokenBatch") -> list[tuple[int, ...]]:
+    """Each sequence's tokens before its first policy token: rollouts of one task share it."""
+    return [tuple(ids[: next((p for p, m in enumerate(mask) if m), len(mask))])
+            for ids, mask in zip(batch.token_ids, batch.loss_mask)]
+
+
+def _hidden(decoder: Any, sequences: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
+    """Last hidden states ``[B, width, H]`` of the right-padded batch, one decoder pass."""
+    width = max(len(s) for s in sequences)
+    ids = torch.zeros((len(sequences), width), dtype=torch.long)
+    attn = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+        attn[i, : len(s)] = 1
+    return decoder(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state
+
+
+def _hidden_with_shared_prefix(decoder: Any, sequences: Sequence[Sequence[int]], shared: int,
+                               device: torch.device) -> torch.Tensor:
+    """The same ``[B, width, H]`` as :func:`_hidden`, the common prompt run once: one pass over the
+    ``shared`` prefix tokens (its key/value cache, with its graph, repeated for every row), then one
+    pass over the right-padded continuations attending to it. Gradients reach the prefix through
+    every row's attention, so the loss and its gradient are those of the unshared pass (up to float
+    rounding); the prefix costs one row instead of B."""
+    prefix = torch.tensor(list(sequences[0][:shared]), dtype=torch.long, device=device)[None]
+    out = decoder(input_ids=prefix, use_cache=True)
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(len(sequences))
+    rest = max(len(s) for s in sequences) - shared
+    ids = torch.zeros((len(sequences), rest), dtype=torch.long)
+    attn = torch.zeros((len(sequences), shared + rest), dtype=torch.long)
+    attn[:, :shared] = 1
+    for i, s in enumerate(sequences):
+        ids[i, : len(s) - shared] = torch.tensor(list(s[shared:]), dtype=torch.long)
+        attn[i, shared: len(s)] = 1
+    positions = torch.arange(shared, shared + rest, device=device)[None].expand(len(sequences), -1)
+    tail = decoder(input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=positions,
+                   past_key_values=cache, use_cache=False).last_hidden_state
+    return torch.cat([out.last_hidden_state.expand(len(sequences), -1, -1), tail], dim=1)
+
+
 def _outside(restricted: Sequence[tuple[int, Sequence[int]]], logits: torch.Tensor,
              cache: dict[int, torch.Tensor]) -> torch.Tensor:
     """Boolean mask shaped like ``logits``: True where row ``j``'s logit lies outside its allowed set
@@ -234,6 +287,7 @@ class GRPOTrainer:
 
     def __init__(self, model: Any, config: GRPOConfig | dict | None = None, temperature: float = 1.0):
         self.config = config if isinstance(config, GRPOConfig) else GRPOConfig.from_dict(config)
+        self._prompt_keys: list[tuple[int, ...]] | None = None  # per sequence of the batch being run
         cfg = self.config
         self.uses_lora = hasattr(model, "disable_adapter")
         if cfg.lora and not self.uses_lora:
@@ -264,13 +318,16 @@ class GRPOTrainer:
         gradient is a sum over the mini-batch, so the order changes nothing but float rounding)."""
         step = max(1, self.config.micro_batch_size)
         idx = sorted(idx, key=lambda i: lengths[i]) if lengths is not None else list(idx)
+        if self.config.share_prompt_prefix and self._prompt_keys is not None:
+            # a group's rollouts (one prompt) together, so a micro-batch shares its prompt; by length inside
+            idx = sorted(idx, key=lambda i: (self._prompt_keys[i], lengths[i] if lengths is not None else 0))
         for start in range(0, len(idx), step):
             yield list(idx[start:start + step])
 
     def _logprobs(self, model: Any, seqs: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
                   allowed: Sequence[Any] | None = None) -> list[torch.Tensor]:
         return response_logprobs(model, seqs, masks, self.config.logprob_chunk, self.temperature, allowed,
-                                 self.config.autocast_bf16)
+                                 self.config.autocast_bf16, self.config.share_prompt_prefix)
 
     def is_on_policy(self, batch: TokenBatch) -> bool:
         """One optimiser step on fresh rollouts: the old log-probs are the current ones."""
@@ -283,6 +340,7 @@ class GRPOTrainer:
         log-probs, no gradients."""
         cfg = self.config
         n = len(batch.token_ids)
+        self._prompt_keys = prompt_keys(batch)
         old_lp: list[torch.Tensor] = [None] * n  # type: ignore[list-item]
         ref: list[torch.Tensor] = [None] * n  # type: ignore[list-item]
         was_training = self.model.training
@@ -316,6 +374,7 @@ class GRPOTrainer:
         elif on_policy and cfg.kl_coef > 0 and batch.ref_logprobs is None:
             self.prepare(batch, old=False)
         n = len(batch.token_ids)
+        self._prompt_keys = prompt_keys(batch)
         mini = cfg.mini_batch_size or n
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio": 0.0}
         tokens_seen = skipped_tokens = 0
