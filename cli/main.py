@@ -162,6 +162,12 @@ def _main(argv: list[str]) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         module = importlib.import_module(SUBCOMMANDS[chosen][0])
         return int(module.run(args) or 0)
+    except BrokenPipeError:  # `toolgym envs | head`: the reader left; say nothing, as a shell tool does
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush fails too
+        except (OSError, ValueError):
+            pass
+        return 0
     except Exception as exc:
         if not is_user_error(exc) or os.environ.get("TOOLGYM_DEBUG"):
             raise

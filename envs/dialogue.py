@@ -20,13 +20,14 @@ from toolgym.envs.registry import (
     make_tool_search_env,
     make_tool_search_vector_env,
 )
-from toolgym.envs.resources import register_dataset
+from toolgym.envs.resources import GENERATED_FROM, register_dataset
 
 DIALOGUE_DATASET = "dialogue_seal_tools"
 DIALOGUE_LIBRARY = "seal_tools"
 # Mirrors configs/generate_seal_tools.yaml (the GeneratorConfig defaults, seed 0).
 DIALOGUE_CONFIG: dict[str, Any] = {"seed": 0}
 DIALOGUE_IDS = (f"{NAMESPACE}/ToolSearch-Dialogue-v0", f"{NAMESPACE}/Decompose-Dialogue-v0")
+GENERATED_FROM[DIALOGUE_DATASET] = DIALOGUE_LIBRARY  # `toolgym envs`: available when Seal-Tools is
 
 _LOCK = threading.Lock()
 _READY = False

@@ -92,13 +92,21 @@ def load_shared_dataset(name: str, split: str | None = None) -> tuple[ToolCorpus
         raise DatasetUnavailableError(_where_to_put_data(name, exc)) from None
 
 
+# Datasets generated on first use (name -> the dataset they are generated from): available
+# whenever that one is (the generated-dialogue envs register theirs, toolgym.envs.dialogue).
+GENERATED_FROM: dict[str, str] = {}
+
+
 def dataset_unavailable_reason(name: str) -> str | None:
     """``None`` if dataset ``name`` can be loaded here, else the one-line reason (where the data
     goes). Bundled and registered datasets are checked without loading; a dataset read from
-    the raw benchmark files is loaded once (and cached), the only exact check."""
+    the raw benchmark files is loaded once (and cached), the only exact check; a generated one
+    (:data:`GENERATED_FROM`) is available when its source is."""
     with _LOCK:
         if name in _CUSTOM or any(key[0] == name for key in _DATASETS):
             return None
+    if name in GENERATED_FROM:
+        return dataset_unavailable_reason(GENERATED_FROM[name])
     from toolgym.data.loaders import bundled_paths
 
     try:

@@ -275,3 +275,13 @@ def test_policy_runs_on_the_users_own_tasks_and_corpus(tmp_path, user_data):
                  "--corpus", corpus, "--json", str(out)]) == 0
     metrics = json.loads(out.read_text())
     assert metrics["n"] == 2 and metrics["env_id"] == "toolgym/Decompose-v0"  # u1, u2: the two multi-tool tasks
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    """`toolgym envs | head -1`: no error line once the reader has gone."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(f"{sys.executable} -m toolgym.cli.main envs | head -c 1", shell=True, capture_output=True,
+                         text=True, timeout=120)
+    assert "Broken pipe" not in run.stderr and "error" not in run.stderr, run.stderr

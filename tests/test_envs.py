@@ -300,3 +300,11 @@ def test_vector_reset_with_one_task_per_env_and_repeated_queries_searched_once(m
     results = [e.results if e is not None else None for e in infos["event"]]
     assert results[0] == results[1] == list(original(["nurses"], None, 5)[0].ids) and results[3] is None
     venv.close()
+
+
+def test_generated_dialogue_envs_are_listed_available_before_first_use():
+    """`toolgym envs` used to call them unavailable: their dataset is generated on first make."""
+    from toolgym.envs.dialogue import DIALOGUE_IDS
+
+    for env_id in DIALOGUE_IDS:
+        assert unavailable_reason(env_id) is None, env_id
