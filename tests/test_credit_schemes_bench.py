@@ -185,3 +185,21 @@ def test_only_the_terms_a_scheme_weights_are_reported():
     shares = {"esm": 0.75, "tca": 0.1, "monitors": 1.0, "outcome": 0.5}
     assert cs.weighted_terms("tca_only", shares) == {"tca": 0.1, "outcome": 0.5}  # ESM is logged at weight 0
     assert cs.weighted_terms("toolsearcher", shares) == {"esm": 0.75, "tca": 0.1, "outcome": 0.5}
+
+
+def test_a_decomposition_env_is_reported_on_its_own_metrics_without_turn_types(tmp_path):
+    (tmp_path / "decompose").mkdir()
+    for scheme, final in (("counterfactual", [0.5, 0.0]), ("grpo_match", [0.0, 0.0])):
+        run = _run_file(scheme, 0, [0, 0], [0, 0])
+        run["env"], run["env_id"] = "decompose", "toolgym/Decompose-Dialogue-v0"
+        for point, values in zip(run["points"], ([0.0, 0.0], final)):
+            point["rows"] = [{"task_id": f"t{i}", "reward": v, "c10": v, "ndcg5": v, "invalid_rate": 0.0, "subtasks": 2.0}
+                             for i, v in enumerate(values)]
+            point["mean"] = _mean(point["rows"])
+        run["warm"] = {"rows": run["points"][0]["rows"], "mean": run["points"][0]["mean"]}
+        (tmp_path / "decompose" / f"{scheme}_seed0.json").write_text(json.dumps(run))
+    (tmp_path / "decompose" / "replay_rollouts.jsonl").write_text("")  # turn types are tool-search only: not read
+    body = cs.report(tmp_path, write=False, png_dir=tmp_path)
+    row = next(line for line in body.splitlines() if line.startswith("| `counterfactual` − `grpo_match`"))
+    assert "+0.250 ± 0.250" in row  # R_cf per task [.5, 0] - [0, 0]
+    assert "R_cf" in body and "per turn type" not in body
