@@ -52,9 +52,10 @@ from _report import RESULTS, markdown_table  # noqa: E402
 from learning import ENVS, evaluate, grpo_config  # noqa: E402
 
 # Seal-Tools tool search on its multi-tool tasks only (>= 2 gold tools, each findable by its own
-# search): first-discovery credit has several tools to discover and TCA's full-retrieval gate is
-# open in some rollouts and shut in others. Same prompts and turn limit as ToolSearch-v0, so the
-# ToolSearch warm start applies unchanged.
+# search): first-discovery credit has several tools to discover, and TCA's full-retrieval gate
+# opens only for a rollout that found them all (with the one-search warm start: 1 rollout in 96,
+# docs/learning.md). Same prompts and turn limit as ToolSearch-v0, so the ToolSearch warm start
+# applies unchanged.
 ENVS.setdefault("toolsearch_multi", {**ENVS["toolsearch"], "kwargs": {"max_turns": 4, "min_gold": 2}})
 TOOLSEARCH_ENVS = ("toolsearch", "toolsearch_multi")
 RUN_FILES = RESULTS / "credit_schemes"  # one committed file per finished (env, scheme, seed) run
@@ -67,7 +68,7 @@ TURN_TYPES = ("first_discovery", "repeated_search", "search_nothing", "submit_al
 REPLAY_SCHEMES = ("toolsearcher", "esm_only", "tca_only", "grpo_f1", "toolsearcher_valid")
 
 DEFAULT_SCHEMES = {
-    "toolsearch": ["toolsearcher", "esm_only", "tca_only", "grpo_f1"],
+    "toolsearch": list(REPLAY_SCHEMES),  # ESM + TCA, each alone, trajectory-level F1, + the format term
     # magicselector's preference term needs reference subtasks (Task.subtasks): Seal-Tools has none,
     # so pass --decompose-env toolgym/Decompose-Dialogue-v0 --decompose-eval-split test to include it.
     "decompose": ["counterfactual", "grpo_match"],
