@@ -29,7 +29,7 @@ quickstart: install
 	rm -rf runs/quickstart
 	$(VENV)/bin/toolgym demos toolgym/Decompose-v0 --agent clauses --min-reward 0.01 --out runs/quickstart/demos.jsonl --no-progress
 	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/toolgym sft configs/sft_quickstart.yaml
-	$(VENV)/bin/toolgym train configs/quickstart.yaml model.init_from=runs/quickstart/sft train.time_budget_s=240 --no-progress
+	$(VENV)/bin/toolgym train configs/quickstart.yaml model.init_from=runs/quickstart/sft --no-progress
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
