@@ -5,9 +5,11 @@ so several benchmarks can write the same markdown file.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import re
+import struct
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -51,3 +53,36 @@ def write_report(name: str, payload: dict, title: str, body_markdown: str, scrip
     pattern = re.compile(rf"<!-- {re.escape(name)}:start -->.*?<!-- {re.escape(name)}:end -->", re.S)
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
     DOC.write_text(text)
+
+
+def weights_fingerprint(model_dir: str | Path) -> str:
+    """sha256 over every tensor of the folder's ``*.safetensors`` (name, dtype, shape, raw bytes,
+    sorted by name): the same weights give the same hash whatever the file's metadata or order."""
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{model_dir}: no *.safetensors weights to fingerprint")
+    entries = []
+    for path in files:
+        with open(path, "rb") as fh:
+            raw = fh.read(8)
+            if len(raw) != 8:
+                raise ValueError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+            n = struct.unpack("<Q", raw)[0]
+            if n > 100_000_000:  # a header this large is a corrupt or hostile file, not weights
+                raise ValueError(f"{path}: safetensors header of {n} bytes")
+            header = json.loads(fh.read(n))
+        entries += [(name, path, 8 + n, meta) for name, meta in header.items() if name != "__metadata__"]
+    digest = hashlib.sha256()
+    for name, path, base, meta in sorted(entries, key=lambda e: e[0]):
+        start, end = (int(x) for x in meta["data_offsets"])
+        digest.update(json.dumps([name, meta["dtype"], list(meta["shape"])]).encode())
+        with open(path, "rb") as fh:
+            fh.seek(base + start)
+            left = end - start
+            while left > 0:
+                chunk = fh.read(min(left, 1 << 24))
+                if not chunk:
+                    raise ValueError(f"{path}: tensor {name!r} runs past the end of the file")
+                digest.update(chunk)
+                left -= len(chunk)
+    return "sha256:" + digest.hexdigest()

@@ -8,7 +8,7 @@ run is continued with ``--resume`` between evaluations, which is exact).
 
 A finished run writes its raw per-task results to
 ``benchmarks/results/credit_schemes/<env>/<scheme>_seed<k>.json`` (commit it), with the sha256
-of the warm start's tensors (:func:`weights_fingerprint`): a run whose file exists is never
+of the warm start's tensors (:func:`_report.weights_fingerprint`): a run whose file exists is never
 trained again, and a file from another warm start or other settings is refused, so a comparison
 spread over restarts and fresh machines loses nothing and never pools two warm starts.
 ``--report`` rebuilds everything from those files alone: per scheme the held-out F1 / SRecall /
@@ -33,11 +33,9 @@ in each of two 1-thread processes at once, so two processes decode ~1.6x as many
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -48,7 +46,7 @@ from typing import Any
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS, markdown_table  # noqa: E402
+from _report import RESULTS, markdown_table, weights_fingerprint  # noqa: E402
 from learning import ENVS, evaluate, grpo_config  # noqa: E402
 
 # Seal-Tools tool search on its multi-tool tasks only (>= 2 gold tools, each findable by its own
@@ -140,37 +138,6 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
 
 
 # -- warm start fingerprint, one file per finished run ------------------------------------------
-def weights_fingerprint(model_dir: str | Path) -> str:
-    """sha256 over every tensor of the folder's ``*.safetensors`` (name, dtype, shape, raw bytes,
-    sorted by name): the same weights give the same hash whatever the file's metadata or order."""
-    files = sorted(Path(model_dir).glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{model_dir}: no *.safetensors weights to fingerprint")
-    entries = []
-    for path in files:
-        with open(path, "rb") as fh:
-            raw = fh.read(8)
-            if len(raw) != 8:
-                raise ValueError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
-            n = struct.unpack("<Q", raw)[0]
-            if n > 100_000_000:  # a header this large is a corrupt or hostile file, not weights
-                raise ValueError(f"{path}: safetensors header of {n} bytes")
-            header = json.loads(fh.read(n))
-        entries += [(name, path, 8 + n, meta) for name, meta in header.items() if name != "__metadata__"]
-    digest = hashlib.sha256()
-    for name, path, base, meta in sorted(entries, key=lambda e: e[0]):
-        start, end = (int(x) for x in meta["data_offsets"])
-        digest.update(json.dumps([name, meta["dtype"], list(meta["shape"])]).encode())
-        with open(path, "rb") as fh:
-            fh.seek(base + start)
-            left = end - start
-            while left > 0:
-                chunk = fh.read(min(left, 1 << 24))
-                if not chunk:
-                    raise ValueError(f"{path}: tensor {name!r} runs past the end of the file")
-                digest.update(chunk)
-                left -= len(chunk)
-    return "sha256:" + digest.hexdigest()
 
 
 def run_file(env_name: str, scheme: str, seed: int, root: Path | None = None) -> Path:

@@ -17,7 +17,6 @@ columns: evaluated on) in docs/benchmarks.md from those files alone. Not run in 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -28,20 +27,11 @@ from typing import Any
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS, ROOT, markdown_table, write_report  # noqa: E402
+from _report import RESULTS, ROOT, markdown_table, weights_fingerprint, write_report  # noqa: E402
 
 OUT = RESULTS / "retriever_mixture"
 KS = (5, 10)
 REFERENCES = ("bm25", "packaged")  # rows of models nobody trained here
-
-
-def weights_hash(model_dir: Path) -> str:
-    """sha256 over the model folder's weight files (names and bytes), to tell runs' models apart."""
-    digest = hashlib.sha256()
-    for path in sorted(model_dir.rglob("*.safetensors")) + sorted(model_dir.rglob("*.bin")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def per_query_rows(index: Any, tasks: list[Any]) -> list[dict[str, Any]]:
@@ -106,7 +96,7 @@ def run_one(name: str, args: argparse.Namespace, sources: list[Any], settings: d
         model_dir = Path(summary["model_dir"])
         rows = evaluate_model(str(model_dir), sources, ("dense", "hybrid"))
         result = {"run": name, "settings": settings, "trained_on": [sources[i].name for i in keep],
-                  "weights_sha256": weights_hash(model_dir), "train_summary": summary, "rows": rows}
+                  "weights_sha256": weights_fingerprint(model_dir), "train_summary": summary, "rows": rows}
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result) + "\n")
     if args.commit:
