@@ -418,8 +418,9 @@ def load_policy(policy_or_checkpoint: Any, sampling: Any = None, device: str | N
     """An :class:`HFChatPolicy` from a policy object, a model name/path, or a ``toolgym train`` checkpoint/run folder."""
     import dataclasses
 
-    from toolgym.agents.hf_policy import HFChatPolicy, apply_lora
-    from toolgym.agents.model import ModelConfig, build_policy, pick_device
+    from toolgym.agents.hf_policy import apply_lora
+    from toolgym.agents.model import ModelConfig, build_policy
+    from toolgym.evaluation.evaluate import as_policy
     from toolgym.trainers.config import strict_dataclass
 
     if not isinstance(policy_or_checkpoint, (str, Path)):
@@ -438,5 +439,5 @@ def load_policy(policy_or_checkpoint: Any, sampling: Any = None, device: str | N
         load_weights(path, policy.model)
         policy.model.eval()
         return policy
-    return HFChatPolicy.from_pretrained(str(policy_or_checkpoint), sampling=sampling, device=pick_device(device))
+    return as_policy(policy_or_checkpoint, sampling, device)  # a model name or folder
 

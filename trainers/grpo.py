@@ -161,7 +161,7 @@ MIN_SHARED_PREFIX = 16  # tokens: a shorter common prompt is not worth a pass of
 
 def shared_prefix_length(sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]]) -> int:
     """Tokens every sequence starts with, up to (not into) the first policy token (mask 1) of any of them."""
-    first = min((next((p for p, m in enumerate(mask) if m), len(mask)) for mask in masks), default=0)
+    first = min((_first_policy_token(mask) for mask in masks), default=0)
     limit = min([first] + [len(s) - 1 for s in sequences])
     head = sequences[0]
     n = 0
@@ -223,8 +223,12 @@ def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Seq
 
 def prompt_keys(batch: "TokenBatch") -> list[tuple[int, ...]]:
     """Each sequence's tokens before its first policy token: rollouts of one task share it."""
-    return [tuple(ids[: next((p for p, m in enumerate(mask) if m), len(mask))])
-            for ids, mask in zip(batch.token_ids, batch.loss_mask)]
+    return [tuple(ids[: _first_policy_token(mask)]) for ids, mask in zip(batch.token_ids, batch.loss_mask)]
+
+
+def _first_policy_token(mask: Sequence[int]) -> int:
+    """Index of the first mask-1 position (``len(mask)`` when there is none)."""
+    return next((p for p, m in enumerate(mask) if m), len(mask))
 
 
 def _hidden(decoder: Any, sequences: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
