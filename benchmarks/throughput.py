@@ -7,9 +7,12 @@ bf16 decoder, everything in one run so the ratios hold on a shared machine.
   path) and the lean engine in the sampling dtype; decode efficiency = model FLOPs per token x
   tokens/s / the measured bf16 GEMM rate at that row count.
 * The rollout path on real envs, GRPO-shaped batches: ToolSearch-v0 as in
-  ``configs/learning_grpo.yaml`` (4 turns, 96 new tokens) and Decompose-v0 as in
-  ``configs/quickstart.yaml`` (128 new tokens), ``engine=generate`` vs ``engine=lean``.
-* One GRPO step (LoRA, ``toolsearcher`` credit) split into rollout / credit / update, both paths.
+  ``configs/learning_grpo.yaml`` (4 turns, 96 new tokens), Decompose-Dialogue-v0 as in
+  ``configs/quickstart.yaml`` and Decompose-v0 (128 new tokens), ``engine=generate`` vs ``engine=lean``.
+* One GRPO step (LoRA, ``toolsearcher`` credit) split into rollout / credit / update: ``generate``
+  rollouts + the per-sequence update against lean rollouts + ``grpo.share_prompt_prefix``, both
+  updates on the same batch.
+* The targets of the throughput issue, each measured ratio against its wanted value.
 * Greedy evaluation episodes/s on held-out ToolSearch-v0 tasks, both paths.
 
     python benchmarks/throughput.py                 # ~15 min on 2 cores
@@ -114,6 +117,11 @@ def bench_rollouts(policy, env_id: str, env_kwargs: dict, tasks: int, group: int
 
 
 def bench_grpo_step(policy, env_id: str, env_kwargs: dict, tasks: int, group: int, sampling: dict) -> dict:
+    """One GRPO step, before (``generate`` rollouts, per-sequence update) and after (lean rollouts,
+    ``grpo.share_prompt_prefix``). Which sequences a step trains depends on which groups drew a
+    reward spread, so both updates train on the same batch (the lean rollouts'), each from a fresh
+    LoRA on the same weights: the update columns compare equal work. The ``generate`` rollouts'
+    own batch size is kept as ``own_trained_sequences``."""
     import torch
 
     from toolgym.agents.hf_policy import apply_lora
@@ -126,29 +134,35 @@ def bench_grpo_step(policy, env_id: str, env_kwargs: dict, tasks: int, group: in
     step_tasks = env_tasks(envs[0])[:tasks]
     reward = get_reward("toolsearcher")
     base_state = {k: v.clone() for k, v in policy.model.state_dict().items()}
-    out = {"env": env_id, "tasks": tasks, "group": group}
+    out: dict = {"env": env_id, "tasks": tasks, "group": group}
+    batches = {}
     for engine in ("generate", "lean"):
-        policy.model.load_state_dict(base_state)
-        model = apply_lora(policy.model, {"r": 16, "lora_alpha": 32})
-        policy.model = model
-        trainer = GRPOTrainer(model, {"lr": 3e-4, "kl_coef": 0.0, "micro_batch_size": 4, "autocast_bf16": True,
-                                      "lora": {"r": 16}}, temperature=1.0)
         policy.sampling = replace(policy.sampling, engine=engine, **sampling)
         torch.manual_seed(1)
         t0 = time.perf_counter()
         groups = rollout_groups(policy, envs, [t.id for t in step_tasks], group, seed=1, max_context_tokens=4096)
         t1 = time.perf_counter()
-        batch, stats = credit_batch(groups, step_tasks, reward, skip_zero_advantage=True)
+        batches[engine], stats = credit_batch(groups, step_tasks, reward, skip_zero_advantage=True)
         t2 = time.perf_counter()
-        update = trainer.train_on(batch) if batch.token_ids else {}
-        t3 = time.perf_counter()
         generated = sum(r.generated_tokens for g in groups for r in g)
-        out[engine] = {"rollout_s": t1 - t0, "credit_s": t2 - t1, "update_s": t3 - t2, "step_s": t3 - t0,
-                       "trained_sequences": stats["trained_sequences"], "generated_tokens": generated,
-                       "rollout_tok_s": generated / (t1 - t0),
-                       **{k: update[k] for k in ("sampler_logp_gap", "tis_weight_mean", "tis_weight_std") if k in update}}
+        out[engine] = {"rollout_s": t1 - t0, "credit_s": t2 - t1, "own_trained_sequences": stats["trained_sequences"],
+                       "generated_tokens": generated, "rollout_tok_s": generated / (t1 - t0)}
+    batch = batches["lean"] if batches["lean"].token_ids else batches["generate"]
+    for engine, share in (("generate", False), ("lean", True)):
+        policy.model.load_state_dict(base_state)
+        model = apply_lora(policy.model, {"r": 16, "lora_alpha": 32})
+        trainer = GRPOTrainer(model, {"lr": 3e-4, "kl_coef": 0.0, "micro_batch_size": 4, "autocast_bf16": True,
+                                      "share_prompt_prefix": share, "lora": {"r": 16}}, temperature=1.0)
+        t = time.perf_counter()
+        update = trainer.train_on(batch) if batch.token_ids else {}
+        row = out[engine]
+        row.update(update_s=time.perf_counter() - t, share_prompt_prefix=share, trained_sequences=len(batch.token_ids),
+                   **{k: update[k] for k in ("sampler_logp_gap", "tis_weight_mean", "tis_weight_std") if k in update})
+        row["step_s"] = row["rollout_s"] + row["credit_s"] + row["update_s"]
         policy.model = model.unload() if hasattr(model, "unload") else model  # back to the plain model
+    policy.model.load_state_dict(base_state)
     out["speedup_step"] = out["generate"]["step_s"] / out["lean"]["step_s"]
+    out["speedup_update"] = out["generate"]["update_s"] / max(out["lean"]["update_s"], 1e-9)
     out["speedup_rollout_tok_s"] = out["lean"]["rollout_tok_s"] / out["generate"]["rollout_tok_s"]
     return out
 
@@ -206,13 +220,15 @@ def main(argv: list[str] | None = None) -> int:
         row["decode_efficiency"] = payload["flops_per_token"] * row["lean_tok_s"] / 1e9 / bf16[str(row["batch"])]
     ts_sampling = {"max_new_tokens": 96, "temperature": 1.0, "stop_strings": ("</tool_call>",)}
     payload["rollouts"] = [  # the quickstart's context; ToolSearch's rollout path is the GRPO step's
-        bench_rollouts(policy, "toolgym/Decompose-v0", {"k": 10, "split": "train"}, 2, 2 if quick else 8,
-                       {"max_new_tokens": 32 if quick else 128, "temperature": 1.0, "stop_strings": ()}),
+        bench_rollouts(policy, env_id, {"k": 10, "split": "train"}, 2, 2 if quick else 8,
+                       {"max_new_tokens": 32 if quick else 128, "temperature": 1.0, "stop_strings": ()})
+        for env_id in ("toolgym/Decompose-Dialogue-v0", "toolgym/Decompose-v0")  # the quickstart's env first
     ]
     payload["grpo_step"] = bench_grpo_step(policy, "toolgym/ToolSearch-v0", {**ts_kwargs, "split": "train"},
                                            1 if quick else 4, 4 if quick else 8, ts_sampling)
     payload["eval"] = bench_eval(policy, "toolgym/ToolSearch-v0", ts_kwargs, 8 if quick else 40,
                                  {"generate": 8 if quick else 20, "lean": 8 if quick else 40}, 96)
+    payload["targets"] = targets(payload)
     payload["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     payload["seconds"] = time.time() - started
     payload["load_average"] = [load_before, os.getloadavg()[0]]  # other jobs on the machine make times noisy
@@ -222,7 +238,26 @@ def main(argv: list[str] | None = None) -> int:
         import json
 
         print(json.dumps(payload, indent=1, default=str))
+        print(report(payload))  # the smoke run renders the table too
     return 0
+
+
+TARGETS = {  # the throughput issue's item 4: ratios within one run
+    "rollout tok/s at the step's batch (GRPO step rollout, 4x8 rows)": 5.0,
+    "GRPO step": 3.0,
+    "greedy evaluation episodes/s": 4.0,
+    "decode efficiency at batch 32 (of the bf16 GEMM rate at 32 rows)": 0.25,
+    "decode efficiency at batch 64": 0.25,
+}
+
+
+def targets(p: dict) -> list[dict]:
+    """Each target of the throughput issue against this run's measured ratio."""
+    by_batch = {r["batch"]: r for r in p["sampling"]}
+    measured = [p["grpo_step"]["speedup_rollout_tok_s"], p["grpo_step"]["speedup_step"], p["eval"]["speedup"],
+                by_batch.get(32, {}).get("decode_efficiency"), by_batch.get(64, {}).get("decode_efficiency")]
+    return [{"target": name, "wanted": want, "measured": got, "met": got is not None and got >= want}
+            for (name, want), got in zip(TARGETS.items(), measured)]
 
 
 def report(p: dict) -> str:
@@ -243,16 +278,25 @@ def report(p: dict) -> str:
                  f"{s['lean']['rollout_s']:.1f} / {s['lean']['rollout_tok_s']:.0f}",
                  f"{s['speedup_rollout_tok_s']:.2f}x", f"{s['generate']['rollout_s'] / s['lean']['rollout_s']:.2f}x"])
     roll = markdown_table(["env (tasks x group)", "generate: s / tok/s", "lean: s / tok/s", "tok/s speed-up", "wall speed-up"], rows)
-    step = markdown_table(["path", "rollout s", "credit s", "update s", "step s", "sequences trained"],
-                          [[k, round(s[k]["rollout_s"], 1), round(s[k]["credit_s"], 2), round(s[k]["update_s"], 1),
-                            round(s[k]["step_s"], 1), s[k]["trained_sequences"]] for k in ("generate", "lean")])
+    step = markdown_table(["path", "rollout s", "credit s", "update s", "step s", "sequences trained (own batch)"],
+                          [[f"{k}{' + shared prompt' if s[k]['share_prompt_prefix'] else ''}", round(s[k]["rollout_s"], 1),
+                            round(s[k]["credit_s"], 2), round(s[k]["update_s"], 1), round(s[k]["step_s"], 1),
+                            f"{s[k]['trained_sequences']} ({s[k]['own_trained_sequences']})"] for k in ("generate", "lean")])
     e = p["eval"]
     ev = markdown_table(["path", "batch", "episodes/s", "F1", "invalid"],
                         [[k, e[k]["batch"], round(e[k]["episodes_s"], 3), round(e[k]["f1"] or 0, 3), round(e[k]["invalid"] or 0, 3)]
                          for k in ("generate", "lean")])
     gap = s["lean"].get("sampler_logp_gap")
+    pct = lambda v: f"{100 * v:.0f} %" if v < 1 else f"{v:.2f}x"  # noqa: E731
+    tgt = markdown_table(["target", "wanted", "measured", "met"],
+                         [[t["target"], pct(t["wanted"]), "-" if t["measured"] is None else pct(t["measured"]),
+                           "yes" if t["met"] else "no"] for t in p.get("targets", [])])
     return f"""{p['model']}, {p['threads']} threads, CPU bf16 matrix units: {p['cpu_bf16_matmul']}; model FLOPs per
 token {p['flops_per_token'] / 1e6:.0f} M; prompt {p['prompt_tokens']} tokens (a ToolSearch-v0 system prompt + request).
+
+**Targets** (lean path against `generate`, same run):
+
+{tgt}
 
 **GEMM rate at the model's shapes** (its per-layer mix of q/k/v, o, gate/up, down, plus the LM head):
 
@@ -267,7 +311,8 @@ token {p['flops_per_token'] / 1e6:.0f} M; prompt {p['prompt_tokens']} tokens (a 
 {roll}
 
 **One GRPO step** ({s['env']}, {s['tasks']} tasks x {s['group']}, LoRA r 16, `toolsearcher`, on-policy, bf16
-autocast in the update): {s['speedup_step']:.2f}x faster.{'' if gap is None else f" Sampler/trainer gap on the lean path: mean |Δ log p| {gap:.4f} per token, TIS weight {s['lean']['tis_weight_mean']:.3f} ± {s['lean']['tis_weight_std']:.3f}."}
+autocast in the update; both updates train the same batch, the lean rollouts', from the same weights): {s['speedup_step']:.2f}x faster
+(update {s['speedup_update']:.2f}x with the group's prompt run once).{'' if gap is None else f" Sampler/trainer gap on the lean path: mean |Δ log p| {gap:.4f} per token, TIS weight {s['lean']['tis_weight_mean']:.3f} ± {s['lean']['tis_weight_std']:.3f}."}
 
 {step}
 
