@@ -180,3 +180,81 @@ def test_grpo_trainer_trains_through_toolgym_envs(tokenizer, tmp_path):
     # and the weights changed
     after = dict(trainer.model.named_parameters())
     assert any(not torch.equal(before[k], after[k].detach()) for k in before)
+
+
+@pytest.mark.slow  # about 1 min on a busy 2-core machine: a tiny model fitted to two answers, then 2 TRL steps
+def test_grpo_trainer_trains_decomposition_through_toolgym_envs(tokenizer, tmp_path):
+    """Decompose-v0 under a real GRPOTrainer: the completion's text is the env's answer, and the
+    reward TRL trains on is the env's R_cf of exactly that text."""
+    from trl import GRPOConfig
+
+    import datasets
+
+    from toolgym.agents.hf_policy import tiny_causal_lm
+    from toolgym.retrieval.decompose import split_into_clauses
+    from toolgym.rewards import build_reward
+
+    tok = tg.prepare_tokenizer(copy.deepcopy(tokenizer))
+    kwargs = tg.grpo_trainer_kwargs("toolgym/Decompose-v0", {"k": 10}, "counterfactual", split="train", max_tasks=200)
+    base = kwargs["environment_factory"]
+    answered: list = []  # (env, completion text, episode, reward) per rollout, in TRL's order
+
+    class Recorded(base):
+        def _answer(self, text):
+            value = super()._answer(text)
+            answered.append((self, text, self.episodes[-1], value))  # TRL reuses an env across rollouts
+            return value
+
+    kwargs["environment_factory"] = Recorded
+    kwargs["reward_funcs"] = tg.reward_funcs(Recorded)
+    # two tasks on which splitting the request into clauses beats the raw request (R_cf > 0) and a
+    # nonsense answer does not, so that a group's samples can differ in reward
+    probe = base()
+    tasks = {t.id: t for t in probe._env.unwrapped.tasks}
+    rows, answers = [], []
+    for row in kwargs["train_dataset"]:
+        clauses = "\n".join(split_into_clauses(tasks[row["task_id"]].query))
+        if len(tok(clauses)["input_ids"]) > 40:  # a cut answer loses what the clauses gain
+            continue
+        scores = []
+        for text in (clauses, "zebra quartz"):
+            probe.reset(**row)
+            scores.append(probe._answer(text))
+        if scores[0] > scores[1]:
+            rows.append(row)
+            answers.append(clauses)
+        if len(rows) == 2:
+            break
+    assert len(rows) == 2
+    kwargs["train_dataset"] = datasets.Dataset.from_list(rows)
+    prompts = [tok.apply_chat_template(r["prompt"], tokenize=True, add_generation_prompt=True, return_dict=False) for r in rows]
+    model = tiny_causal_lm(tok, seed=0, hidden_size=64)
+    fit_tool_calls(model, tok, prompts, answers + ["zebra quartz"])  # every answer after every prompt: a mixture
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_steps=2, per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=64, learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="no",
+                      seed=0, bf16=False, dataloader_num_workers=0, temperature=1.0)
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    from trl import GRPOTrainer
+
+    trainer = GRPOTrainer(model=model, args=args, processing_class=tok, **kwargs)
+    trainer.train()
+
+    assert len(answered) == 16  # 2 steps x 2 prompts x 4 generations
+    module = build_reward({"name": "counterfactual", "options": {"k": 10}}, index=answered[0][0]._env.unwrapped.index)  # built here, not the env's
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 2
+    for step in range(2):
+        batch = answered[8 * step: 8 * step + 8]
+        rewards = []
+        for env, text, trajectory, value in batch:
+            assert value == trajectory.env_reward
+            # the env was answered with the model's own completion, parsed into subtasks by the env
+            assert trajectory.messages[-1]["role"] == "assistant" and trajectory.messages[-1]["content"] == text
+            task = next(t for t in env._env.unwrapped.tasks if t.id == trajectory.task_id)
+            (expected,) = module.score_group([trajectory], task).rewards
+            assert trajectory.env_reward == pytest.approx(expected)  # and the env's own R_cf agrees
+            rewards.append(expected)
+        assert logs[step]["reward"] == pytest.approx(sum(rewards) / 8, abs=1e-6)
+    assert min(h["frac_reward_zero_std"] for h in logs) < 1  # some group had an advantage to follow
+    after = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(before[k], after[k].detach()) for k in before)
