@@ -207,8 +207,8 @@ def test_grpo_trainer_trains_decomposition_through_toolgym_envs(tokenizer, tmp_p
 
     kwargs["environment_factory"] = Recorded
     kwargs["reward_funcs"] = tg.reward_funcs(Recorded)
-    # two tasks on which splitting the request into clauses beats the raw request (R_cf > 0) and a
-    # nonsense answer does not, so that a group's samples can differ in reward
+    # two tasks whose clause split (short enough not to be cut) scores above a nonsense answer, so
+    # that a group's samples can differ in reward
     probe = base()
     tasks = {t.id: t for t in probe._env.unwrapped.tasks}
     rows, answers = [], []
