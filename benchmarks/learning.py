@@ -246,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         task_runs["runs"][key] = {"run": run, "env": env_name, "env_id": ENVS[env_name]["id"], "date": invoked,
                                   "eval_tasks": n, "max_new_tokens": ENVS[env_name]["max_new_tokens"],
                                   "overrides": list(args.overrides), "stages": stages, "baselines": baseline_rows}
+        earlier = results.pop(run, None)
+        if earlier is not None and earlier.get("tasks_key") != key:  # a re-run keeps the earlier measurement's row
+            results[earlier.get("tasks_key") or f"{run}@earlier"] = earlier
         results[run] = row
     body = report_body(results, args)
     if args.no_report:

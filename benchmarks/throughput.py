@@ -167,6 +167,53 @@ def bench_grpo_step(policy, env_id: str, env_kwargs: dict, tasks: int, group: in
     return out
 
 
+def profile_lean_rollout(policy, env_id: str, env_kwargs: dict, tasks: int, group: int, sampling: dict) -> dict:
+    """Where a lean rollout's wall time goes: prefill (prompts and the env's observations), decode
+    steps, and the rest (env steps, tokenising turns, bookkeeping), with the engine's token counts."""
+    import torch
+
+    from toolgym.agents.rollout import rollout_groups
+    from toolgym.trainers.train import env_tasks, make_envs
+
+    envs = make_envs(env_id, env_kwargs, tasks * group)
+    refs = [t.id for t in env_tasks(envs[0])[:tasks]]
+    policy.sampling = replace(policy.sampling, engine="lean", **sampling)
+    timers = {"prefill_s": 0.0, "step_s": 0.0}
+    engines = []
+    make_engine = policy.decode_engine
+
+    def timed(name, fn):
+        def run(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                timers[name] += time.perf_counter() - t
+        return run
+
+    def capture(*a, **k):
+        engine = make_engine(*a, **k)
+        engine._prefill = timed("prefill_s", engine._prefill)
+        engine.step = timed("step_s", engine.step)  # includes the prefill it triggers
+        engines.append(engine)
+        return engine
+
+    policy.decode_engine = capture
+    try:
+        torch.manual_seed(1)
+        t = time.perf_counter()
+        groups = rollout_groups(policy, envs, refs, group, seed=1, max_context_tokens=4096)
+        wall = time.perf_counter() - t
+    finally:
+        del policy.decode_engine  # back to the class's method
+    stats = {k: sum(e.stats[k] for e in engines) for k in engines[0].stats}
+    generated = sum(r.generated_tokens for g in groups for r in g)
+    decode_s = timers["step_s"] - timers["prefill_s"]
+    return {"env": env_id, "tasks": tasks, "group": group, "wall_s": wall, "prefill_s": timers["prefill_s"],
+            "decode_s": decode_s, "other_s": wall - timers["step_s"], "generated_tokens": generated,
+            "decode_tok_s": generated / decode_s, **stats}
+
+
 def bench_eval(policy, env_id: str, env_kwargs: dict, num_tasks: int, batches: dict[str, int], max_new: int) -> dict:
     from toolgym.evaluation.evaluate import choose_tasks, evaluate, make_envs
 
@@ -199,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--no-report", action="store_true")
+    ap.add_argument("--profile-only", action="store_true",
+                    help="add only the lean rollout's time split to the existing results file and re-render")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     quick = args.quick
@@ -209,6 +258,19 @@ def main(argv: list[str] | None = None) -> int:
     _, info = env.reset(seed=0)
     prompt = policy.encode_prompt(info["messages"])
 
+    ts_sampling = {"max_new_tokens": 96, "temperature": 1.0, "stop_strings": ("</tool_call>",)}
+    if args.profile_only:
+        import json
+
+        from _report import RESULTS
+
+        payload = json.loads((RESULTS / "throughput.json").read_text())
+        payload.pop("machine")
+        payload.setdefault("main_run_date", payload.pop("date"))  # the stamp becomes this run's; the rest is older
+        payload["rollout_profile"] = profile_lean_rollout(policy, "toolgym/ToolSearch-v0", {**ts_kwargs, "split": "train"},
+                                                          4, 8, ts_sampling)
+        write_report("throughput", payload, "Throughput: `generate` (float32) vs the lean bf16 decoder", report(payload))
+        return 0
     started, load_before = time.time(), os.getloadavg()[0]
     batches = [1, 8] if quick else [1, 8, 32, 64]
     payload: dict = {"threads": args.threads, "cpu_bf16_matmul": cpu_has_bf16_matmul(), "model": args.model,
@@ -218,7 +280,6 @@ def main(argv: list[str] | None = None) -> int:
     bf16 = payload["gemm_gflops"]["bfloat16"]
     for row in payload["sampling"]:
         row["decode_efficiency"] = payload["flops_per_token"] * row["lean_tok_s"] / 1e9 / bf16[str(row["batch"])]
-    ts_sampling = {"max_new_tokens": 96, "temperature": 1.0, "stop_strings": ("</tool_call>",)}
     payload["rollouts"] = [  # the quickstart's context; ToolSearch's rollout path is the GRPO step's
         bench_rollouts(policy, env_id, {"k": 10, "split": "train"}, 2, 2 if quick else 8,
                        {"max_new_tokens": 32 if quick else 128, "temperature": 1.0, "stop_strings": ()})
@@ -228,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                                            1 if quick else 4, 4 if quick else 8, ts_sampling)
     payload["eval"] = bench_eval(policy, "toolgym/ToolSearch-v0", ts_kwargs, 8 if quick else 40,
                                  {"generate": 8 if quick else 20, "lean": 8 if quick else 40}, 96)
+    payload["rollout_profile"] = profile_lean_rollout(policy, "toolgym/ToolSearch-v0", {**ts_kwargs, "split": "train"},
+                                                      1 if quick else 4, 4 if quick else 8, ts_sampling)
     payload["targets"] = targets(payload)
     payload["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     payload["seconds"] = time.time() - started
@@ -258,6 +321,25 @@ def targets(p: dict) -> list[dict]:
                 by_batch.get(32, {}).get("decode_efficiency"), by_batch.get(64, {}).get("decode_efficiency")]
     return [{"target": name, "wanted": want, "measured": got, "met": got is not None and got >= want}
             for (name, want), got in zip(TARGETS.items(), measured)]
+
+
+def profile(p: dict) -> str:
+    """Where the lean ToolSearch rollout's time goes (absent from runs before it was measured)."""
+    r = p.get("rollout_profile")
+    if not r:
+        return ""
+    when = (f", measured in a separate `--profile-only` run; every other table here is from the run of {p['main_run_date']}"
+            if "main_run_date" in p else "")
+    rows = [[part, round(r[key], 1), f"{100 * r[key] / r['wall_s']:.0f} %"]
+            for part, key in (("prefill (prompts, observations)", "prefill_s"), ("decode steps", "decode_s"),
+                              ("env steps, tokenising, bookkeeping", "other_s"), ("rollout", "wall_s"))]
+    table = markdown_table(["part", "s", "share"], rows)
+    return f"""**Where the lean rollout's time goes** ({r['env']}, {r['tasks']}x{r['group']}{when}): {r['generated_tokens']} tokens
+sampled in {r['decode_steps']} decode steps ({r['decode_rows'] / max(r['decode_steps'], 1):.1f} rows per step on average,
+{r['decode_tok_s']:.0f} tokens/s while decoding); {r['prefill_tokens']} tokens prefilled (the prompts' unshared parts and the
+env's observations), {r['shared_prompt_tokens']} prompt tokens copied from a cached row instead.
+
+{table}"""
 
 
 def report(p: dict) -> str:
@@ -315,6 +397,8 @@ autocast in the update; both updates train the same batch, the lean rollouts', f
 (update {s['speedup_update']:.2f}x with the group's prompt run once).{'' if gap is None else f" Sampler/trainer gap on the lean path: mean |Δ log p| {gap:.4f} per token, TIS weight {s['lean']['tis_weight_mean']:.3f} ± {s['lean']['tis_weight_std']:.3f}."}
 
 {step}
+
+{profile(p)}
 
 **Greedy evaluation** ({e['tasks']} held-out {e['env']} tasks; each path at its batch): {e['speedup']:.2f}x the episodes/s.
 
