@@ -185,6 +185,14 @@ def gains_from_rows(stages: dict[str, list[dict[str, Any]]]) -> dict[str, dict[s
             for name, (a, b) in GAINS.items() if a in stages and b in stages}
 
 
+def add_result(results: dict[str, Any], run: str, row: dict[str, Any]) -> None:
+    """``results[run] = row``; a row of an earlier invocation of the same run stays, under its ``tasks_key``."""
+    earlier = results.pop(run, None)
+    if earlier is not None and earlier.get("tasks_key") != row.get("tasks_key"):
+        results[earlier.get("tasks_key") or f"{run}@earlier"] = earlier
+    results[run] = row
+
+
 def main(argv: list[str] | None = None) -> int:
     from datetime import datetime, timezone
 
@@ -246,10 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         task_runs["runs"][key] = {"run": run, "env": env_name, "env_id": ENVS[env_name]["id"], "date": invoked,
                                   "eval_tasks": n, "max_new_tokens": ENVS[env_name]["max_new_tokens"],
                                   "overrides": list(args.overrides), "stages": stages, "baselines": baseline_rows}
-        earlier = results.pop(run, None)
-        if earlier is not None and earlier.get("tasks_key") != key:  # a re-run keeps the earlier measurement's row
-            results[earlier.get("tasks_key") or f"{run}@earlier"] = earlier
-        results[run] = row
+        add_result(results, run, row)
     body = report_body(results, args)
     if args.no_report:
         print(body)

@@ -57,3 +57,11 @@ def test_task_rows_keep_old_layout_and_gains_come_from_rows(tmp_path):
     assert gains["sft_gain"]["gain"] == pytest.approx(0.5) and gains["sft_gain"]["se"] == pytest.approx(0.5 / 3 ** 0.5)
     assert gains["grpo_gain"]["gain"] == pytest.approx(1 / 3) and gains["total_gain"]["gain"] == pytest.approx(5 / 6)
     assert learning.gains_from_rows({"warm_start": stages["warm_start"]}) == {}
+
+
+def test_a_rerun_keeps_the_earlier_row_under_its_tasks_key():
+    results = {"a": {"tasks_key": "a@1"}, "b": {"tasks_key": "b@1"}}
+    learning.add_result(results, "a", {"tasks_key": "a@2"})
+    assert results == {"b": {"tasks_key": "b@1"}, "a@1": {"tasks_key": "a@1"}, "a": {"tasks_key": "a@2"}}
+    learning.add_result(results, "a", {"tasks_key": "a@2", "redone": True})  # the same invocation: replaced
+    assert results["a"] == {"tasks_key": "a@2", "redone": True} and len(results) == 3
