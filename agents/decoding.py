@@ -28,6 +28,7 @@ trainer can measure and correct the sampler/trainer mismatch (truncated importan
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
 
@@ -355,7 +356,9 @@ class DecodeEngine:
         self.prefill_tokens = int(prefill_tokens)
         self.stops = [s for s in (sampling.stop_strings or ()) if s]
         self.closers = self._closers(tokenizer, self.stops)
-        self.stats = {"decode_steps": 0, "decode_rows": 0, "prefill_tokens": 0, "shared_prompt_tokens": 0}
+        # counts, and wall seconds of prefill and of the decode forwards (a rollout's profile, benchmarks/throughput.py)
+        self.stats = {"decode_steps": 0, "decode_rows": 0, "prefill_tokens": 0, "shared_prompt_tokens": 0,
+                      "prefill_s": 0.0, "decode_s": 0.0}
 
     @staticmethod
     def _closers(tokenizer: Any, stops: Sequence[str]) -> frozenset[int]:
@@ -472,13 +475,17 @@ class DecodeEngine:
         n = len(self.rows)
         if any(row.ended for row in self.rows):
             raise RuntimeError("a row whose turn ended needs extend() or remove() before the next step")
+        t0 = time.perf_counter()
         self._prefill(range(n))
+        t1 = time.perf_counter()
         ids = torch.tensor([[row.tokens[-1]] for row in self.rows], dtype=torch.long)
         starts = self.cache.lengths[:n].clone()
         logits = _forward(self.w, self.cache, slice(0, n), ids, starts, want_logits=True)
         self.cache.lengths[:n] += 1
         assert logits is not None
         sampled, logps = _sample(logits, self.sampling)
+        self.stats["prefill_s"] += t1 - t0
+        self.stats["decode_s"] += time.perf_counter() - t1
         self.stats["decode_steps"] += 1
         self.stats["decode_rows"] += n
         done = []

@@ -12,6 +12,8 @@ bf16 decoder, everything in one run so the ratios hold on a shared machine.
 * One GRPO step (LoRA, ``toolsearcher`` credit) split into rollout / credit / update: ``generate``
   rollouts + the per-sequence update against lean rollouts + ``grpo.share_prompt_prefix``, both
   updates on the same batch.
+* Where the lean rollout's time goes (prefill / decode / the rest; the engine's own timers), from
+  the GRPO step's lean rollout.
 * The targets of the throughput issue, each measured ratio against its wanted value.
 * Greedy evaluation episodes/s on held-out ToolSearch-v0 tasks, both paths.
 
@@ -21,6 +23,7 @@ bf16 decoder, everything in one run so the ratios hold on a shared machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import sys
@@ -138,15 +141,18 @@ def bench_grpo_step(policy, env_id: str, env_kwargs: dict, tasks: int, group: in
     batches = {}
     for engine in ("generate", "lean"):
         policy.sampling = replace(policy.sampling, engine=engine, **sampling)
-        torch.manual_seed(1)
-        t0 = time.perf_counter()
-        groups = rollout_groups(policy, envs, [t.id for t in step_tasks], group, seed=1, max_context_tokens=4096)
-        t1 = time.perf_counter()
+        with engine_stats(policy) as decode:
+            torch.manual_seed(1)
+            t0 = time.perf_counter()
+            groups = rollout_groups(policy, envs, [t.id for t in step_tasks], group, seed=1, max_context_tokens=4096)
+            t1 = time.perf_counter()
         batches[engine], stats = credit_batch(groups, step_tasks, reward, skip_zero_advantage=True)
         t2 = time.perf_counter()
         generated = sum(r.generated_tokens for g in groups for r in g)
         out[engine] = {"rollout_s": t1 - t0, "credit_s": t2 - t1, "own_trained_sequences": stats["trained_sequences"],
                        "generated_tokens": generated, "rollout_tok_s": generated / (t1 - t0)}
+        if decode:  # the lean path: where its rollout's time went
+            out["lean_profile"] = rollout_profile(env_id, tasks, group, t1 - t0, generated, decode)
     batch = batches["lean"] if batches["lean"].token_ids else batches["generate"]
     for engine, share in (("generate", False), ("lean", True)):
         policy.model.load_state_dict(base_state)
@@ -167,9 +173,39 @@ def bench_grpo_step(policy, env_id: str, env_kwargs: dict, tasks: int, group: in
     return out
 
 
+@contextlib.contextmanager
+def engine_stats(policy):
+    """Sum the :class:`~toolgym.agents.decoding.DecodeEngine` stats (token counts, prefill and decode
+    seconds) of every engine ``policy`` builds inside the block into the yielded dict."""
+    engines = []
+    make_engine = policy.decode_engine
+
+    def capture(*a, **k):
+        engine = make_engine(*a, **k)
+        if engine is not None:  # None: the policy samples with generate
+            engines.append(engine)
+        return engine
+
+    totals: dict = {}
+    policy.decode_engine = capture
+    try:
+        yield totals
+    finally:
+        del policy.decode_engine  # back to the class's method
+        for engine in engines:
+            for k, v in engine.stats.items():
+                totals[k] = totals.get(k, 0) + v
+
+
+def rollout_profile(env_id: str, tasks: int, group: int, wall_s: float, generated: int, stats: dict) -> dict:
+    """Where a lean rollout's wall time went: prefill (prompts and the env's observations), decode
+    forwards, and the rest (env steps, tokenising turns, bookkeeping)."""
+    return {"env": env_id, "tasks": tasks, "group": group, "wall_s": wall_s, "other_s": wall_s - stats["prefill_s"] - stats["decode_s"],
+            "generated_tokens": generated, "decode_tok_s": generated / stats["decode_s"], **stats}
+
+
 def profile_lean_rollout(policy, env_id: str, env_kwargs: dict, tasks: int, group: int, sampling: dict) -> dict:
-    """Where a lean rollout's wall time goes: prefill (prompts and the env's observations), decode
-    steps, and the rest (env steps, tokenising turns, bookkeeping), with the engine's token counts."""
+    """:func:`rollout_profile` of one lean rollout as the GRPO step's (``--profile-only``)."""
     import torch
 
     from toolgym.agents.rollout import rollout_groups
@@ -178,40 +214,12 @@ def profile_lean_rollout(policy, env_id: str, env_kwargs: dict, tasks: int, grou
     envs = make_envs(env_id, env_kwargs, tasks * group)
     refs = [t.id for t in env_tasks(envs[0])[:tasks]]
     policy.sampling = replace(policy.sampling, engine="lean", **sampling)
-    timers = {"prefill_s": 0.0, "step_s": 0.0}
-    engines = []
-    make_engine = policy.decode_engine
-
-    def timed(name, fn):
-        def run(*a, **k):
-            t = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                timers[name] += time.perf_counter() - t
-        return run
-
-    def capture(*a, **k):
-        engine = make_engine(*a, **k)
-        engine._prefill = timed("prefill_s", engine._prefill)
-        engine.step = timed("step_s", engine.step)  # includes the prefill it triggers
-        engines.append(engine)
-        return engine
-
-    policy.decode_engine = capture
-    try:
+    with engine_stats(policy) as stats:
         torch.manual_seed(1)
         t = time.perf_counter()
         groups = rollout_groups(policy, envs, refs, group, seed=1, max_context_tokens=4096)
         wall = time.perf_counter() - t
-    finally:
-        del policy.decode_engine  # back to the class's method
-    stats = {k: sum(e.stats[k] for e in engines) for k in engines[0].stats}
-    generated = sum(r.generated_tokens for g in groups for r in g)
-    decode_s = timers["step_s"] - timers["prefill_s"]
-    return {"env": env_id, "tasks": tasks, "group": group, "wall_s": wall, "prefill_s": timers["prefill_s"],
-            "decode_s": decode_s, "other_s": wall - timers["step_s"], "generated_tokens": generated,
-            "decode_tok_s": generated / decode_s, **stats}
+    return rollout_profile(env_id, tasks, group, wall, sum(r.generated_tokens for g in groups for r in g), stats)
 
 
 def bench_eval(policy, env_id: str, env_kwargs: dict, num_tasks: int, batches: dict[str, int], max_new: int) -> dict:
@@ -289,8 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                                            1 if quick else 4, 4 if quick else 8, ts_sampling)
     payload["eval"] = bench_eval(policy, "toolgym/ToolSearch-v0", ts_kwargs, 8 if quick else 40,
                                  {"generate": 8 if quick else 20, "lean": 8 if quick else 40}, 96)
-    payload["rollout_profile"] = profile_lean_rollout(policy, "toolgym/ToolSearch-v0", {**ts_kwargs, "split": "train"},
-                                                      1 if quick else 4, 4 if quick else 8, ts_sampling)
+    payload["rollout_profile"] = payload["grpo_step"].pop("lean_profile")
     payload["targets"] = targets(payload)
     payload["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     payload["seconds"] = time.time() - started
