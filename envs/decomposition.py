@@ -22,7 +22,7 @@ from toolgym.envs.base import Episode, ToolEnv, action_text
 from toolgym.envs.syntax import strip_thinking
 from toolgym.retrieval.corpus import ToolCorpus
 from toolgym.retrieval.fusion import FUSION_METHODS, fuse
-from toolgym.retrieval.metrics import counterfactual_decomposition_reward, ndcg_at_k
+from toolgym.retrieval.metrics import check_counterfactual_weights, counterfactual_decomposition_reward, ndcg_at_k
 
 _SEPARATOR = re.compile(r"<br\s*/?>|\n", re.I)
 # "1.", "2)", "-", "*", "•", "Step 3:", "Subtask 2 -" at the start of a line
@@ -94,12 +94,12 @@ class DecompositionEnv(ToolEnv):
         k, max_subtasks = check_count("k", k, 1), check_count("max_subtasks", max_subtasks, 1)
         if fusion not in FUSION_METHODS:
             raise ValueError(f"unknown fusion {fusion!r}; choose one of {FUSION_METHODS}")
+        lambda_ndcg, lambda_full = check_counterfactual_weights(lambda_ndcg, lambda_full)
         super().__init__(corpus, tasks, index, split=split, retriever=retriever,
                          retriever_options=retriever_options, render_mode=render_mode)
         self.k = int(k)
         self.fusion = fusion
-        self.lambda_ndcg = float(lambda_ndcg)
-        self.lambda_full = float(lambda_full)
+        self.lambda_ndcg, self.lambda_full = lambda_ndcg, lambda_full
         self.max_subtasks = int(max_subtasks)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

@@ -72,6 +72,22 @@ def search_recall(seen: Collection[str], gold: Collection[str]) -> float:
     return len(set(seen) & set(gold)) / len(set(gold))
 
 
+def check_counterfactual_weights(lambda_ndcg: float, lambda_full: float) -> tuple[float, float]:
+    """The two weights of :func:`counterfactual_decomposition_reward` as floats; a non-number or a
+    non-finite weight (inf, NaN) is a ValueError, so a bad config fails when it is read, not as NaN
+    rewards mid-training. Negative weights are allowed (an ablation may penalise a term)."""
+    out = []
+    for name, value in (("lambda_ndcg", lambda_ndcg), ("lambda_full", lambda_full)):
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number, got {value!r}") from None
+        if not math.isfinite(f):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        out.append(f)
+    return out[0], out[1]
+
+
 def counterfactual_decomposition_reward(
     raw_ranking: Sequence[str],
     atom_ranking: Sequence[str],

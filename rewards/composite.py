@@ -17,6 +17,7 @@ names a registered module or scheme. Schemes are data: a named list of (module, 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +61,8 @@ class CompositeReward:
         for m in modules:
             if getattr(m.module, "kind", None) not in ("outcome", "credit"):
                 raise ValueError(f"module {m.key!r} has kind {getattr(m.module, 'kind', None)!r}; need outcome or credit")
+            if not isinstance(m.weight, (int, float)) or not math.isfinite(m.weight):
+                raise ValueError(f"module {m.key!r} has weight {m.weight!r}; a weight must be a finite number")
         self.modules, self.name = modules, name
 
     def score_group(self, trajectories: list[Trajectory], task: Task) -> GroupCredit:

@@ -14,7 +14,12 @@ import numpy as np
 
 from toolgym.data.records import Task, Trajectory
 from toolgym.retrieval.fusion import FUSION_METHODS, fuse
-from toolgym.retrieval.metrics import completeness_at_k, counterfactual_decomposition_reward, ndcg_at_k
+from toolgym.retrieval.metrics import (
+    check_counterfactual_weights,
+    completeness_at_k,
+    counterfactual_decomposition_reward,
+    ndcg_at_k,
+)
 from toolgym.rewards.base import GroupCredit, check_group, outcome_credit, register_reward
 from toolgym.rewards.embedding import Embed
 from toolgym.rewards.preference import (
@@ -64,7 +69,8 @@ class Counterfactual:
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
         self.retrieve, self.k, self.fusion = retrieve, int(k), fusion
-        self.lambda_ndcg, self.lambda_full, self.raw_text = lambda_ndcg, lambda_full, raw_text
+        self.lambda_ndcg, self.lambda_full = check_counterfactual_weights(lambda_ndcg, lambda_full)
+        self.raw_text = raw_text
 
     def score_group(self, trajectories: list[Trajectory], task: Task) -> GroupCredit:
         check_group(trajectories, task)

@@ -152,3 +152,32 @@ def test_replay_invalid_scheme_yaml_is_one_line_exit_2(tmp_path, capsys, text):
 def test_group_credit_is_what_the_outcome_helper_builds():
     credit = reward_base.outcome_credit([1.0, 0.0])
     assert isinstance(credit, GroupCredit) and credit.components == {"zero_var": 0.0, "nonfinite_rewards": 0.0}
+
+
+@pytest.mark.parametrize("weights", [{"lambda_ndcg": math.inf}, {"lambda_full": math.nan},
+                                     {"lambda_ndcg": "heavy"}, {"lambda_full": None}])
+def test_counterfactual_weights_must_be_finite_numbers(weights):
+    retrieve = lambda queries, k: [[] for _ in queries]  # noqa: E731  (never called: construction fails first)
+    name = next(iter(weights))
+    with pytest.raises(ValueError, match=name):
+        get_reward("counterfactual", retrieve=retrieve, **weights)
+
+
+def test_decompose_env_refuses_nonfinite_weights_before_building_its_index(monkeypatch):
+    import gymnasium
+
+    import toolgym.envs  # noqa: F401
+    from toolgym.envs import base as env_base
+
+    def no_index(*args, **kwargs):
+        raise AssertionError("the index was built before the weights were checked")
+
+    monkeypatch.setattr(env_base.ToolEnv, "__init__", no_index)
+    with pytest.raises(ValueError, match="lambda_ndcg must be finite"):
+        gymnasium.make("toolgym/Decompose-v0", lambda_ndcg=math.inf)
+
+
+def test_scheme_weight_must_be_finite():
+    with pytest.raises(ValueError, match="finite"):
+        build_reward({"modules": [{"module": "esm", "weight": math.nan}, {"module": "tca"}]})
+    assert build_reward({"modules": [{"module": "esm", "weight": -0.5}, {"module": "tca"}]}) is not None
