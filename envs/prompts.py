@@ -9,6 +9,16 @@ from toolgym.envs.actions import CategoryMode, ProtocolName, check_category_mode
 from toolgym.retrieval.corpus import ToolCorpus
 
 
+# The Hermes schema block of the system prompt: OPEN + one JSON schema per line + CLOSE. A chat
+# template that renders ``tools`` itself (toolgym.integrations.trl) writes the same bytes.
+HERMES_TOOLS_OPEN = "\n\n# Tools\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+HERMES_TOOLS_CLOSE = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
+
 def search_schema(categories: Sequence[str] = (), category_mode: CategoryMode = "off", top_k: int = 5) -> dict[str, Any]:
     """OpenAI function schema of ``search``; ``category`` is an enum of the corpus's categories
     when category mode is on, and listed in ``required`` in ``required`` mode."""
@@ -89,13 +99,7 @@ def system_prompt(
         intro += " A search may name one category from the schema to search only that category."
     schema_text = "\n".join(json.dumps(s, ensure_ascii=False) for s in schemas)
     if protocol == "hermes":
-        return (
-            f"{intro}\n\n# Tools\n\nYou are provided with function signatures within <tools></tools> XML tags:\n"
-            f"<tools>\n{schema_text}\n</tools>\n\n"
-            "For each function call, return a json object with function name and arguments within "
-            "<tool_call></tool_call> XML tags:\n<tool_call>\n"
-            '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
-        )
+        return f"{intro}{HERMES_TOOLS_OPEN}{schema_text}{HERMES_TOOLS_CLOSE}"
     category_line = ""
     if category_mode != "off":
         category_line = (

@@ -337,7 +337,7 @@ def render_call(action: Search | Submit, protocol: ProtocolName = "hermes") -> s
         args: dict[str, Any] = {"query": action.query}
         if action.category is not None:
             args["category"] = action.category
-        return _hermes_call("search", args)
+        return hermes_call("search", args)
     if isinstance(action, Submit):
         ids = list(action.tool_ids)
         if protocol == "search_r1":
@@ -345,11 +345,12 @@ def render_call(action: Search | Submit, protocol: ProtocolName = "hermes") -> s
             if plain:
                 return "<answer>" + ", ".join(ids) + "</answer>"
             return "<answer>" + json.dumps(ids, ensure_ascii=False).replace("<", "\\u003c") + "</answer>"
-        return _hermes_call("submit", {"tools": ids})
+        return hermes_call("submit", {"tools": ids})
     raise ValueError(f"render_call writes a Search or a Submit, got {type(action).__name__}")
 
 
-def _hermes_call(name: str, arguments: dict[str, Any]) -> str:
+def hermes_call(name: str, arguments: dict[str, Any]) -> str:
+    """``<tool_call>{"name": name, "arguments": arguments}</tool_call>``, any arguments (the env judges them)."""
     # "<" only occurs inside JSON strings, where \u003c means the same character.
     payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False).replace("<", "\\u003c")
     return f"{_CALL_OPEN}{payload}{_CALL_CLOSE}"

@@ -25,9 +25,11 @@ What this module adds:
   :func:`toolgym.trainers.export_hf.task_rows` as a ``datasets.Dataset`` (the system prompt
   without its schema block: the chat template renders ``tools``).
 * :func:`prepare_tokenizer`: TRL needs a chat template that renders tool calls and tool
-  messages. SmolLM2's template does not; it speaks ChatML, and toolgym's Hermes format is the
-  Qwen2.5 one, so a ChatML tokenizer gets TRL's own bundled Qwen2.5 template (which TRL then
-  recognises for response parsing and for its prefix-preserving training variant).
+  messages. SmolLM2's template does not; it speaks ChatML, so a ChatML tokenizer gets
+  :func:`toolgym_chat_template`, which renders a TRL chat byte for byte as a toolgym rollout
+  (the env's system prompt, its call text, results as a ``tool`` turn), plus TRL's Hermes
+  response parser. A warm start trained by ``toolgym sft`` thus sees under TRL what it was
+  trained on.
 
 Only outcome-level reward modules run here (``kind == "outcome"``: ``selection_f1``,
 ``selection_match``, ``search_recall``, ``valid_actions``, ``env_return``, ``counterfactual``,
@@ -45,10 +47,10 @@ from typing import Any
 
 from toolgym.data.records import Trajectory
 from toolgym.envs.actions import Search, Submit
-from toolgym.envs.syntax import render_call
+from toolgym.envs.syntax import hermes_call, render_call
 
 __all__ = ["environment_factory", "reward_funcs", "train_dataset", "prepare_tokenizer", "outcome_reward",
-           "grpo_trainer_kwargs", "tool_chat_template", "ToolgymEnvironment"]
+           "grpo_trainer_kwargs", "toolgym_chat_template", "ToolgymEnvironment"]
 
 CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
 
@@ -191,8 +193,8 @@ def _tool_methods(schemas: Sequence[dict[str, Any]]) -> dict[str, Callable[..., 
 
     def submit_method(self, tools: list[str]) -> str:
         # the env checks the ids (unknown, duplicated, too many) exactly as for a local rollout
-        if not isinstance(tools, list):
-            return self._step(json.dumps({"name": "submit", "arguments": {"tools": tools}}))
+        if not isinstance(tools, list):  # the call as written, so the env refuses it as it would locally
+            return self._step(hermes_call("submit", {"tools": tools}))
         return self._step(render_call(Submit(tool_ids=tuple(str(t) for t in tools)), self._env.unwrapped.protocol))
 
     for name, fn in (("search", search_method), ("submit", submit_method)):
@@ -265,17 +267,63 @@ def train_dataset(env_id: str = "toolgym/ToolSearch-v0", split: str | None = "tr
 
 
 # -- tokenizer -------------------------------------------------------------------------------------
-def tool_chat_template() -> str:
-    """TRL's bundled Qwen2.5 chat template (ChatML with Hermes ``<tool_call>`` / ``<tool_response>``)."""
-    import trl
+def toolgym_chat_template() -> str:
+    """ChatML that renders a tool-calling chat the way a toolgym rollout writes it, as a Jinja template.
 
-    return (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text(encoding="utf-8")
+    * ``tools`` go at the end of the first system message as the env's own Hermes schema block
+      (:data:`toolgym.envs.prompts.HERMES_TOOLS_OPEN`, one JSON schema per line,
+      :data:`~toolgym.envs.prompts.HERMES_TOOLS_CLOSE`), so a TRL prompt is byte for byte the
+      env's system prompt;
+    * an assistant's ``tool_calls`` are ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``,
+      the text :func:`~toolgym.envs.render_call` writes (``<`` escaped as ``\\u003c``);
+    * a ``tool`` message is its own ChatML turn, ``<|im_start|>tool\\n...<|im_end|>``, as in the
+      local rollout and in ``toolgym sft``'s demonstrations (``HFChatPolicy``'s glue).
+
+    Why not TRL's bundled Qwen2.5 template: it wraps tool results in a user turn
+    (``<|im_start|>user\\n<tool_response>...``), a format a toolgym warm start never saw; a
+    SmolLM2 warm start answered it with ``<tool_response>`` where a ``<tool_call>`` belongs, so
+    every rollout ended without a submit and every reward was 0. Plain chats (no tools) render as
+    SmolLM2's own template does, except that no default system prompt is added.
+    """
+    from toolgym.envs.prompts import HERMES_TOOLS_CLOSE, HERMES_TOOLS_OPEN
+
+    def literal(text: str) -> str:  # a Jinja string literal (JSON escapes are Jinja escapes)
+        return json.dumps(text)
+
+    return (
+        "{%- macro schema_block(tools) -%}" + "{{ " + literal(HERMES_TOOLS_OPEN) + " }}"
+        "{%- for tool in tools -%}{%- set f = tool.function if tool.function is defined else tool -%}"
+        "{{ {'type': 'function', 'function': {'name': f.name, 'description': f.description, "
+        "'parameters': f.parameters}} | tojson }}{%- if not loop.last %}{{ '\\n' }}{% endif -%}{%- endfor -%}"
+        "{{ " + literal(HERMES_TOOLS_CLOSE) + " }}{%- endmacro -%}"
+        "{%- if tools and (not messages or messages[0]['role'] != 'system') -%}"
+        "{{ '<|im_start|>system\\n' }}{{ schema_block(tools)[2:] }}{{ '<|im_end|>\\n' }}{%- endif -%}"
+        "{%- for message in messages -%}"
+        "{{ '<|im_start|>' + message['role'] + '\\n' }}"
+        "{%- if message['content'] is string %}{{ message['content'] }}{% endif -%}"
+        "{%- if loop.first and message['role'] == 'system' and tools %}{{ schema_block(tools) }}{% endif -%}"
+        "{%- if message['role'] == 'assistant' and message.tool_calls -%}{%- for call in message.tool_calls -%}"
+        "{%- set c = call.function if call.function is defined else call -%}"
+        "{{ '<tool_call>{\"name\": ' + (c.name | tojson | replace('<', '\\\\u003c')) + ', \"arguments\": ' }}"
+        "{%- if c.arguments is string %}{{ c.arguments }}"
+        "{%- else %}{{ c.arguments | tojson | replace('<', '\\\\u003c') }}{% endif -%}"
+        "{{ '}</tool_call>' }}{%- endfor -%}{%- endif -%}"
+        "{{ '<|im_end|>\\n' }}{%- endfor -%}"
+        "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif -%}"
+    )
 
 
 def prepare_tokenizer(tokenizer: Any) -> Any:
-    """Make ``tokenizer`` usable by ``GRPOTrainer`` with tools: a tool-calling chat template, ``<|im_end|>``
-    as EOS and a pad token. A tokenizer whose template already supports tool calling keeps it."""
-    from trl.chat_template_utils import supports_tool_calling
+    """Make ``tokenizer`` usable by ``GRPOTrainer`` with tools: a tool-calling chat template, a parser for the
+    model's ``<tool_call>`` text, ``<|im_end|>`` as EOS and a pad token.
+
+    A tokenizer whose template already supports tool calling keeps it. A ChatML one that does not
+    (SmolLM2's) gets :func:`toolgym_chat_template`, which renders the chat exactly as a toolgym
+    rollout does, and the Hermes response parser TRL ships for Qwen3 (``<tool_call>{json}</tool_call>``).
+    """
+    import transformers
+    from packaging.version import Version
+    from trl.chat_template_utils import qwen3_schema, qwen3_template, supports_tool_calling
 
     vocab = tokenizer.get_vocab()
     chatml = all(t in vocab for t in CHATML_TOKENS)
@@ -283,7 +331,13 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
         if not chatml:
             raise ValueError("the tokenizer's chat template cannot render tool calls and it is not ChatML; give it a "
                              "tool-calling template (tokenizer.chat_template = ...) first")
-        tokenizer.chat_template = tool_chat_template()
+        tokenizer.chat_template = toolgym_chat_template()
+        # TRL only recognises its bundled templates; set the parser it would pick for a Hermes template.
+        # transformers >= 5.13 reads the new-style response_template, older versions the legacy schema.
+        if Version(transformers.__version__) >= Version("5.13.0.dev0"):
+            tokenizer.response_template = qwen3_template
+        else:
+            tokenizer.response_schema = qwen3_schema
     if chatml:
         tokenizer.eos_token = "<|im_end|>"  # SmolLM2's GGUF says <|im_start|>
     if tokenizer.pad_token is None:

@@ -62,6 +62,39 @@ def test_tool_methods_carry_the_env_schemas():
             assert schema == expected[method.__name__], mode
 
 
+@pytest.mark.parametrize("mode", ["off", "optional", "required"])
+def test_trl_renders_the_chat_exactly_as_a_toolgym_rollout(tokenizer, mode):
+    """A toolgym warm start must see under TRL the bytes it was trained on: the env's system prompt
+    (schema block included), its own call text, tool results as a ``tool`` turn. TRL's bundled Qwen2.5
+    template wrapped results in ``<|im_start|>user\n<tool_response>``; the SmolLM2 warm start then wrote
+    ``<tool_response>`` instead of a call, and every TRL reward was 0."""
+    import gymnasium as gym
+
+    from toolgym.envs.actions import Search, Submit
+    from toolgym.envs.syntax import render_call
+    from toolgym.trainers.export_hf import instructions_prompt
+
+    tok = tg.prepare_tokenizer(copy.deepcopy(tokenizer))
+    env = tg.environment_factory(ENV_ID, {"category_mode": mode})()
+    _, info = gym.make(ENV_ID, category_mode=mode).reset(seed=0)
+    tools = [env.search, env.submit]  # what TRL passes: the env object's bound tool methods
+    search = {"query": "weather <now>", **({"category": "Weather"} if mode == "required" else {})}
+    trl_chat = instructions_prompt(info["messages"], True) + [
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "search", "arguments": search}}]},
+        {"role": "tool", "name": "search", "content": "Top 5 tools for ..."}]
+    local_chat = info["messages"] + [
+        {"role": "assistant", "content": render_call(Search(**search))},
+        {"role": "tool", "content": "Top 5 tools for ..."}]
+    for n in (len(info["messages"]), len(trl_chat)):  # the opening prompt, then a whole search turn
+        got = tok.apply_chat_template(trl_chat[:n], tools=tools, tokenize=False, add_generation_prompt=True)
+        want = tokenizer.apply_chat_template(local_chat[:n], tokenize=False, add_generation_prompt=True)
+        assert got == want
+    # TRL parses the model's own call text back into the call the env would parse
+    submit = render_call(Submit(tool_ids=("a", "b")))
+    parsed = tok.parse_response(submit + "<|im_end|>")["tool_calls"][0]["function"]
+    assert parsed == {"name": "submit", "arguments": {"tools": ["a", "b"]}}
+
+
 def test_credit_schemes_are_refused_outcome_schemes_accepted():
     with pytest.raises(ValueError, match="per-turn credit"):
         tg.outcome_reward("toolsearcher")
@@ -126,24 +159,30 @@ def test_grpo_trainer_trains_through_toolgym_envs(tokenizer, tmp_path):
     tasks = {t.id: t for t in probe._env.unwrapped.tasks}
     rows = list(kwargs["train_dataset"])
     texts = []
+    other = [t.id for t in probe._env.unwrapped.corpus.tools[:50]]
     for row in rows:
         task = tasks[row["task_id"]]
+        wrong = next(t for t in other if t not in task.gold)
+        # a search, the gold submit (F1 1) and a wrong submit (F1 0): a group of 4 rollouts almost
+        # surely draws different rewards, so each step has a gradient
         texts.append("<tool_call>\n" + json.dumps({"name": "search", "arguments": {"query": task.query[:40]}}) + "\n</tool_call>")
         texts.append("<tool_call>\n" + json.dumps({"name": "submit", "arguments": {"tools": sorted(task.gold)}}) + "\n</tool_call>")
+        texts.append("<tool_call>\n" + json.dumps({"name": "submit", "arguments": {"tools": [wrong]}}) + "\n</tool_call>")
     prompts = [tok.apply_chat_template(r["prompt"], tools=[probe.search, probe.submit], tokenize=True,
                                        add_generation_prompt=True, return_dict=False) for r in rows]
     model = tiny_causal_lm(tok, seed=0, hidden_size=64)
     assert fit_tool_calls(model, tok, prompts, texts) < 1.0
 
-    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_steps=2, per_device_train_batch_size=4, num_generations=2,
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_steps=2, per_device_train_batch_size=8, num_generations=4,
+                      temperature=0.7,  # sampled, yet the fitted call texts come out whole
                       max_completion_length=256, max_tool_calling_iterations=ENV_KWARGS["max_turns"], learning_rate=1e-3,
                       logging_steps=1, report_to=[], save_strategy="no", seed=0, bf16=False, dataloader_num_workers=0)
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
     trainer = RecordingTrainer.make(model=model, args=args, processing_class=tok, **kwargs)
     trainer.train()
 
-    # 2 steps x 2 prompts x 2 generations, every reward from the env
-    assert len(calls) == 8
+    # 2 steps x 2 prompts x 4 generations, every reward from the env
+    assert len(calls) == 16
     logs = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logs) == 2 and any(h["tools/call_frequency"] > 0 for h in logs)
     # the envs were stepped by the model's own (TRL-parsed) tool calls
@@ -154,14 +193,14 @@ def test_grpo_trainer_trains_through_toolgym_envs(tokenizer, tmp_path):
     # rewards equal toolgym.rewards on the same episodes (grouped as TRL grouped them: per step, per prompt)
     module = get_reward("grpo_f1")
     for step in range(2):
-        batch = calls[4 * step: 4 * step + 4]
+        batch = calls[8 * step: 8 * step + 8]
         for g in range(2):
-            group = batch[2 * g: 2 * g + 2]
+            group = batch[4 * g: 4 * g + 4]
             task = tasks[group[0][1].task_id]
             assert all(tj.task_id == task.id for _, tj, _ in group)
             expected = module.score_group([tj for _, tj, _ in group], task).rewards
             assert [r for _, _, r in group] == pytest.approx(list(expected))
-        assert logs[step]["reward"] == pytest.approx(sum(r for _, _, r in batch) / 4, abs=1e-6)
+        assert logs[step]["reward"] == pytest.approx(sum(r for _, _, r in batch) / 8, abs=1e-6)
     # tool results are masked out of the loss: tool_mask 0 exactly on the env's text
     masked_any = False
     for batch in trainer.batches:
@@ -172,10 +211,10 @@ def test_grpo_trainer_trains_through_toolgym_envs(tokenizer, tmp_path):
                 masked_any = True
                 text = tok.decode(zero)
                 # the env's observation, or TRL's own {'error': ...} when the call's arguments did not fit the method
-                assert "<tool_response>" in text
+                assert "<|im_start|>tool\n" in text  # the result's own ChatML turn, as in a local rollout
                 assert any(s in text for s in ("Top 5 tools", "Error:", "Submitted", "No tool matched", "{'error'"))
                 model_text = tok.decode([int(i) for i, m in zip(ids[:n], tmask[:n]) if m == 1])
-                assert "<tool_call>" in model_text and "<tool_response>" not in model_text
+                assert "<tool_call>" in model_text and "<|im_start|>tool" not in model_text
     assert masked_any
     # and the weights changed
     after = dict(trainer.model.named_parameters())
