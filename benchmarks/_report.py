@@ -38,14 +38,16 @@ def write_report(name: str, payload: dict, title: str, body_markdown: str, scrip
     """Write ``benchmarks/results/<name>.json`` and replace the ``name`` section of the doc.
 
     ``script`` is the command that wrote it when that is not ``benchmarks/<name>.py`` (e.g.
-    ``ladder.py --name ladder_rerank``), so the section cites a file that exists.
+    ``ladder.py --name ladder_rerank``, or a path from the repository root such as
+    ``examples/trl_grpo.py --report``), so the section cites a file that exists.
     """
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {"machine": machine(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), **payload}
     (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
+    cite = script if script and "/" in script.split()[0] else f"benchmarks/{script or name + '.py'}"
     section = (
         f"<!-- {name}:start -->\n## {title}\n\n_{payload['machine']}, {payload['date']}_ "
-        f"(`benchmarks/{script or name + '.py'}`, raw numbers in `benchmarks/results/{name}.json`)\n\n"
+        f"(`{cite}`, raw numbers in `benchmarks/results/{name}.json`)\n\n"
         f"{body_markdown.strip()}\n<!-- {name}:end -->"
     )
     DOC.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ and after. CPU-heavy; a 1-step run shows the time per step::
 
     python examples/trl_grpo.py --steps 1 --eval-tasks 2 --out /tmp/trl_1step.json
     python examples/trl_grpo.py --model runs/sft_warmstart/model --steps 10 --eval-tasks 30
+    python examples/trl_grpo.py --report    # docs/benchmarks.md's section from benchmarks/results/trl_grpo.json
 """
 from __future__ import annotations
 
@@ -52,7 +53,73 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "trl_grpo.json"))
     p.add_argument("--run-dir", default=str(ROOT / "runs" / "trl_grpo"), help="TRL's output_dir (checkpoints not saved)")
+    p.add_argument("--report", action="store_true",
+                   help="train nothing: rewrite the trl_grpo section of docs/benchmarks.md from --out")
     return p.parse_args(argv)
+
+
+def _mean(values):
+    values = [float(v) for v in values if v is not None]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def report_markdown(result: dict) -> str:
+    """The docs/benchmarks.md section of one run: settings, the paired held-out gains, TRL's log per step."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _report import markdown_table
+
+    def gain(g):
+        verdict = "above 2 se" if g["exceeds_2se"] else ("below -2 se" if g["gain"] < -2 * g["se"] else "within 2 se")
+        return f"{g['gain']:+.3f} ± {g['se']:.3f} ({g['before']:.3f} → {g['after']:.3f}; {verdict})"
+
+    sec = result["seconds"]
+    log = [h for h in result["trl_log"] if "reward" in h]
+    rows = [[i, f"{float(h['reward']):.3f}", f"{float(h['reward_std']):.3f}", f"{float(h['frac_reward_zero_std']):.2f}",
+             f"{float(h.get('tools/call_frequency', 0)):.2f}", f"{float(h['completions/mean_length']):.0f}",
+             f"{float(h['step_time']):.0f}"] for i, h in enumerate(log)]
+    lines = [
+        f"`{result['env_id']}` (env kwargs `{json.dumps(result['env_kwargs'])}`), model `{result['model']}`, "
+        f"TRL `GRPOTrainer` {result['steps']} steps of {result['prompts_per_step']} prompts × "
+        f"{result['generations']} generations, LoRA r={result['lora_r']}, lr {result['lr']:g}, reward "
+        f"`{result['reward']}`, seed {result['seed']}"
+        + (f", {result['threads']} torch thread(s)" if result.get("threads") else "") + ".",
+        "",
+        f"Held-out, toolgym's evaluator (greedy, one episode per task), paired over {result['eval_tasks']} tasks, "
+        "after − before:",
+        "",
+        f"- **F1** {gain(result['paired_f1'])}",
+        f"- **reward** (`{result['reward']}`) {gain(result['paired_reward'])}",
+        "",
+        f"Time: {sec['train'] / 60:.1f} min of training ({sec['per_step']:.0f} s per step), "
+        f"{sec['eval_once'] / 60:.1f} min per evaluation, {sec['total'] / 60:.1f} min in all.",
+        "",
+        "TRL's log per step (its reward is the env-owned toolgym reward; `zero-std groups` is the share of "
+        "groups whose rollouts all scored the same, which give no gradient):",
+        "",
+        markdown_table(["step", "reward", "reward std", "zero-std groups", "tool calls / rollout", "tokens / completion",
+                        "step s"], rows),
+        "",
+        f"Mean over steps: reward {_mean(h['reward'] for h in log):.3f}, zero-std groups "
+        f"{_mean(h['frac_reward_zero_std'] for h in log):.2f}. Per-task rows before and after: "
+        "`benchmarks/results/trl_grpo_tasks.json`.",
+    ]
+    return "\n".join(lines)
+
+
+def write_docs(out: Path) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _report import DOC, write_report
+
+    result = json.loads(out.read_text())
+    if "date" not in result:  # a file from before the run recorded its date: its own mtime
+        from datetime import datetime, timezone
+
+        result["date"] = datetime.fromtimestamp(out.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
+    if out.resolve() != (ROOT / "benchmarks" / "results" / "trl_grpo.json").resolve():
+        raise ValueError(f"--report writes docs/benchmarks.md from benchmarks/results/trl_grpo.json only, not {out}")
+    write_report("trl_grpo", result, "TRL GRPOTrainer on ToolSearch-v0 (SmolLM2 warm start)", report_markdown(result),
+                 script="examples/trl_grpo.py --report")
+    print(f"wrote the trl_grpo section of {DOC}", file=sys.stderr)
 
 
 def evaluate(model, tokenizer, env_kwargs, n):
@@ -69,6 +136,9 @@ def evaluate(model, tokenizer, env_kwargs, n):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.report:
+        write_docs(Path(args.out))
+        return 0
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
@@ -109,7 +179,9 @@ def main(argv=None) -> int:
     result = {
         "env_id": args.env_id, "env_kwargs": env_kwargs, "model": args.model, "reward": args.reward,
         "steps": args.steps, "prompts_per_step": args.prompts_per_step, "generations": args.generations,
-        "lora_r": args.lora_r, "lr": args.lr, "seed": args.seed, "eval_tasks": before["num_tasks"],
+        "lora_r": args.lora_r, "lr": args.lr, "seed": args.seed, "threads": args.threads,
+        "max_completion_length": args.max_completion_length, "train_tasks": args.train_tasks,
+        "eval_tasks": before["num_tasks"],
         "f1_before": before["mean"].get("f1"), "f1_after": after["mean"].get("f1"),
         "paired_f1": compare(before, after, "f1"), "paired_reward": compare(before, after, "reward"),
         "seconds": {"eval_once": eval_s, "train": train_s, "per_step": train_s / max(1, args.steps),

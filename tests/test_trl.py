@@ -297,3 +297,26 @@ def test_grpo_trainer_trains_decomposition_through_toolgym_envs(tokenizer, tmp_p
     assert min(h["frac_reward_zero_std"] for h in logs) < 1  # some group had an advantage to follow
     after = dict(trainer.model.named_parameters())
     assert any(not torch.equal(before[k], after[k].detach()) for k in before)
+
+
+def test_trl_example_report_states_the_paired_gain_and_the_zero_variance_steps():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "trl_grpo.py"
+    spec = importlib.util.spec_from_file_location("trl_grpo_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    gain = {"gain": 0.05, "se": 0.02, "before": 0.30, "after": 0.35, "exceeds_2se": True, "n": 3}
+    step = {"reward": "0.5", "reward_std": "0.4", "frac_reward_zero_std": "0.5", "tools/call_frequency": "1.5",
+            "completions/mean_length": "80", "step_time": "90"}
+    result = {"env_id": "toolgym/ToolSearch-v0", "env_kwargs": {"max_turns": 4}, "model": "m", "steps": 2,
+              "prompts_per_step": 2, "generations": 4, "lora_r": 16, "lr": 1e-4, "reward": "grpo_f1", "seed": 0,
+              "eval_tasks": 3, "paired_f1": gain, "paired_reward": {**gain, "gain": -0.1, "exceeds_2se": False},
+              "seconds": {"train": 180, "per_step": 90, "eval_once": 60, "total": 300},
+              "trl_log": [step, {**step, "frac_reward_zero_std": "1"}, {"train_runtime": 180}]}
+    text = example.report_markdown(result)
+    assert "**F1** +0.050 ± 0.020 (0.300 → 0.350; above 2 se)" in text
+    assert "**reward** (`grpo_f1`) -0.100 ± 0.020 (0.300 → 0.350; below -2 se)" in text
+    assert "| 1 | 0.500 | 0.400 | 1.00 | 1.50 | 80 | 90 |" in text  # the summary row of TRL's log is skipped
+    assert "zero-std groups 0.75" in text
