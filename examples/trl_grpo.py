@@ -46,7 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--generations", type=int, default=4, help="GRPO group size (TRL num_generations)")
     p.add_argument("--train-tasks", type=int, default=64, help="first N train-split tasks TRL samples prompts from")
     p.add_argument("--eval-tasks", type=int, default=30, help="first N held-out tasks, evaluated before and after")
-    p.add_argument("--max-completion-length", type=int, default=384)
+    p.add_argument("--max-completion-length", type=int, default=1024,
+                   help="TRL counts the tool results in it: 4 turns of a call and 5 results need ~1,000")
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (0: train all weights)")
     p.add_argument("--seed", type=int, default=0)
