@@ -46,7 +46,7 @@ def bench(name: str):
 
 SECTION = re.compile(
     r"<!-- (?P<name>[\w-]+):start -->\n## (?P<title>[^\n]*)\n\n_(?P<machine>[^\n]*), (?P<date>[0-9T:+-]+)_ "
-    r"\(`benchmarks/(?P<script>[^`]*)`, raw numbers in `benchmarks/results/(?P<json>[^`]*)`\)\n\n"
+    r"\(`(?P<script>(?:benchmarks|examples)/[^`]*)`, raw numbers in `benchmarks/results/(?P<json>[^`]*)`\)\n\n"
     r"(?P<body>.*?)\n<!-- (?P=name):end -->", re.S)
 
 
@@ -71,7 +71,7 @@ def test_every_section_is_stamped_by_its_results_file():
         data = payload(name)
         assert (sec["machine"], sec["date"]) == (data["machine"], data["date"]), name
         script = sec["script"].split()[0]
-        assert (ROOT / "benchmarks" / script).is_file(), f"{name} cites benchmarks/{sec['script']}, which is not there"
+        assert (ROOT / script).is_file(), f"{name} cites {sec['script']}, which is not there"
 
 
 def check_learning(doc_text: str | None = None) -> None:
@@ -123,7 +123,7 @@ def test_demos_section_renders_from_its_per_task_rows():
 
 
 def ladder_sections() -> list[str]:
-    return sorted(n for n, s in sections().items() if s["script"].split()[0] == "ladder.py")
+    return sorted(n for n, s in sections().items() if s["script"].split()[0] == "benchmarks/ladder.py")
 
 
 def test_there_are_ladder_sections():
@@ -363,3 +363,10 @@ def test_readme_results_table_numbers_are_in_the_files_it_names():
         known |= {n for f in files if f in sections() for n in re.findall(r"\d+\.\d+", sections()[f]["body"])}
         for number in re.findall(r"(?<![\w@])[+−-]?\d+\.\d+", cells[1]):
             assert number.replace("−", "-").lstrip("+") in known, f"README: {number} ({cells[0]}) is not in {files}"
+
+
+def test_trl_section_is_what_its_report_writes():
+    spec = importlib.util.spec_from_file_location("trl_grpo_example", ROOT / "examples" / "trl_grpo.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert sections()["trl_grpo"]["body"] == example.report_markdown(payload("trl_grpo")).strip()
