@@ -19,6 +19,7 @@ Each benchmark writes its section of docs/benchmarks.md between ``<!-- name:star
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import sys
