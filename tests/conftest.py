@@ -1,9 +1,24 @@
 """Fixtures shared by several test modules: the bundled Seal-Tools data and its BM25 index,
-loaded once per session."""
+loaded once per session, and helpers several modules call."""
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 
 from toolgym.data import load_dataset
 from toolgym.retrieval import build_index
+
+
+def load_script(path: str):
+    """A script of the repository that is not a package module (``examples/x.py``), imported once by path."""
+    name = "script_" + path.replace("/", "_").removesuffix(".py")
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 @pytest.fixture(scope="session")

@@ -19,13 +19,14 @@ Each benchmark writes its section of docs/benchmarks.md between ``<!-- name:star
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -35,14 +36,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmark scripts import _re
 
 def bench(name: str):
     """A benchmark script as a module, by path (``retrieval`` / ``ladder`` are package names too)."""
-    import importlib.util
-
-    if f"bench_{name}" not in sys.modules:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[f"bench_{name}"]
+    return load_script(f"benchmarks/{name}.py")
 
 
 SECTION = re.compile(
@@ -367,7 +361,5 @@ def test_readme_results_table_numbers_are_in_the_files_it_names():
 
 
 def test_trl_section_is_what_its_report_writes():
-    spec = importlib.util.spec_from_file_location("trl_grpo_example", ROOT / "examples" / "trl_grpo.py")
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_script("examples/trl_grpo.py")
     assert sections()["trl_grpo"]["body"] == example.report_markdown(payload("trl_grpo")).strip()

@@ -17,6 +17,7 @@ pytest.importorskip("trl")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from toolgym.integrations import trl as tg  # noqa: E402
+from conftest import load_script  # noqa: E402
 
 ENV_ID, ENV_KWARGS = "toolgym/ToolSearch-v0", {"max_turns": 3}
 
@@ -300,13 +301,7 @@ def test_grpo_trainer_trains_decomposition_through_toolgym_envs(tokenizer, tmp_p
 
 
 def test_trl_example_report_states_the_paired_gain_and_the_zero_variance_steps():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "examples" / "trl_grpo.py"
-    spec = importlib.util.spec_from_file_location("trl_grpo_example", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_script("examples/trl_grpo.py")
     gain = {"gain": 0.05, "se": 0.02, "before": 0.30, "after": 0.35, "exceeds_2se": True, "n": 3}
     step = {"reward": "0.5", "reward_std": "0.4", "frac_reward_zero_std": "0.5", "tools/call_frequency": "1.5",
             "completions/mean_length": "80", "step_time": "90"}
