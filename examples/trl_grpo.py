@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
@@ -32,6 +33,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing downloads
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULT = ROOT / "benchmarks" / "results" / "trl_grpo.json"  # the file --report renders
+sys.path.insert(0, str(ROOT / "benchmarks"))  # _report: the tables and sections every benchmark writes
 ENV_ID = "toolgym/ToolSearch-v0"
 
 
@@ -52,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (0: train all weights)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "trl_grpo.json"))
+    p.add_argument("--out", default=str(RESULT))
     p.add_argument("--run-dir", default=str(ROOT / "runs" / "trl_grpo"), help="TRL's output_dir (checkpoints not saved)")
     p.add_argument("--report", action="store_true",
                    help="train nothing: rewrite the trl_grpo section of docs/benchmarks.md from --out")
@@ -66,7 +69,6 @@ def _mean(values):
 
 def report_markdown(result: dict) -> str:
     """The docs/benchmarks.md section of one run: settings, the paired held-out gains, TRL's log per step."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from _report import markdown_table
 
     def gain(g):
@@ -108,16 +110,11 @@ def report_markdown(result: dict) -> str:
 
 
 def write_docs(out: Path) -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from _report import DOC, write_report
 
+    if out.resolve() != RESULT.resolve():
+        raise ValueError(f"--report writes docs/benchmarks.md from {RESULT.relative_to(ROOT)} only, not {out}")
     result = json.loads(out.read_text())
-    if "date" not in result:  # a file from before the run recorded its date: its own mtime
-        from datetime import datetime, timezone
-
-        result["date"] = datetime.fromtimestamp(out.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
-    if out.resolve() != (ROOT / "benchmarks" / "results" / "trl_grpo.json").resolve():
-        raise ValueError(f"--report writes docs/benchmarks.md from benchmarks/results/trl_grpo.json only, not {out}")
     write_report("trl_grpo", result, "TRL GRPOTrainer on ToolSearch-v0 (SmolLM2 warm start)", report_markdown(result),
                  script="examples/trl_grpo.py --report")
     print(f"wrote the trl_grpo section of {DOC}", file=sys.stderr)
@@ -178,6 +175,7 @@ def main(argv=None) -> int:
     after = evaluate(trained, tokenizer, env_kwargs, args.eval_tasks)
 
     result = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),  # when it ran; --report keeps it
         "env_id": args.env_id, "env_kwargs": env_kwargs, "model": args.model, "reward": args.reward,
         "steps": args.steps, "prompts_per_step": args.prompts_per_step, "generations": args.generations,
         "lora_r": args.lora_r, "lr": args.lr, "seed": args.seed, "threads": args.threads,
