@@ -69,9 +69,11 @@ def load_mixture(config: Path, limit: int | None, load: bool = True) -> tuple[An
 def run_one(name: str, args: argparse.Namespace, sources: list[Any], settings: dict[str, Any]) -> dict[str, Any]:
     out = Path(args.results)
     path = out / f"{name}.json"
+    if name in REFERENCES:  # nobody trains them: the training budget is not one of their settings
+        settings = {k: v for k, v in settings.items() if k != "budget_minutes"}
     if path.exists():
         got = json.loads(path.read_text())
-        if got["settings"] == settings:
+        if {k: v for k, v in got["settings"].items() if name not in REFERENCES or k != "budget_minutes"} == settings:
             return got
         raise SystemExit(f"{path} holds a run with other settings; move it away or use the same ones")
     if name in REFERENCES:
@@ -126,9 +128,10 @@ def report(results: list[dict[str, Any]]) -> str:
                 cells.append(f"**{cell}**" if zero_shot else cell)
             table.append([res["run"], method, *cells])
     s0 = results[0]["settings"]
+    budgets = sorted({r["settings"]["budget_minutes"] for r in results if r["run"] not in REFERENCES})
     legend = (f"C@10 / N@5 on each source's held-out part (per-query rows in `benchmarks/results/retriever_mixture/`); "
               f"bold: a source the row's model never trained on (zero-shot). Training budget "
-              f"{s0['budget_minutes']} min per run, config `{s0['config']}`"
+              f"{' / '.join(f'{b:g}' for b in budgets) or 'none'} min per run, config `{s0['config']}`"
               + (f", {s0['limit']} tasks per source" if s0.get("limit") else "") + ".")
     return legend + "\n\n" + markdown_table(["trained on", "index", *sources], table)
 

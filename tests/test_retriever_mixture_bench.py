@@ -34,5 +34,18 @@ def test_a_finished_run_is_read_back_and_other_settings_are_refused(tmp_path):
     (tmp_path / "bm25.json").write_text(json.dumps({"run": "bm25", "settings": settings, "rows": {}}))
     args = argparse.Namespace(results=str(tmp_path))
     assert rm.run_one("bm25", args, [], settings)["settings"] == settings  # no source touched: nothing recomputed
+    # nobody trains a reference row, so another training budget reuses it; another task limit does not
+    assert rm.run_one("bm25", args, [], {**settings, "budget_minutes": 2.0})["run"] == "bm25"
     with pytest.raises(SystemExit, match="other settings"):
-        rm.run_one("bm25", args, [], {**settings, "budget_minutes": 2.0})
+        rm.run_one("bm25", args, [], {**settings, "limit": 6})
+    (tmp_path / "all.json").write_text(json.dumps({"run": "all", "settings": settings, "rows": {}}))
+    with pytest.raises(SystemExit, match="other settings"):  # a trained row is tied to its budget
+        rm.run_one("all", args, [], {**settings, "budget_minutes": 2.0})
+
+
+def test_the_legend_names_the_trained_runs_budget_not_the_references():
+    ref = {"run": "bm25", "settings": {"budget_minutes": 40.0, "config": "c.yaml"}, "trained_on": [],
+           "rows": {"a": {"bm25": _rows(1)}}}
+    trained = {"run": "all", "settings": {"budget_minutes": 12.0, "config": "c.yaml"}, "trained_on": ["a"],
+               "rows": {"a": {"dense": _rows(1)}}}
+    assert "Training budget 12 min per run" in rm.report([ref, trained])
