@@ -126,7 +126,8 @@ def report(results: list[dict[str, Any]]) -> str:
                 zero_shot = res["run"] not in REFERENCES and s not in res["trained_on"]
                 cell = f"{mean(rows, 'C@10'):.1f} / {mean(rows, 'N@5'):.1f}"
                 cells.append(f"**{cell}**" if zero_shot else cell)
-            table.append([res["run"], method, *cells])
+            steps = res.get("train_summary", {}).get("steps")  # runs differ: the budget is wall time
+            table.append([res["run"] + (f" ({steps} steps)" if steps is not None else ""), method, *cells])
     s0 = results[0]["settings"]
     budgets = sorted({r["settings"]["budget_minutes"] for r in results if r["run"] not in REFERENCES})
     legend = (f"C@10 / N@5 on each source's held-out part (per-query rows in `benchmarks/results/retriever_mixture/`); "
