@@ -20,6 +20,17 @@ What sentence-transformers lacks and is written here: the stage schedule, the se
 loop (teacher scoring + eq. 22, ``toolgym.data.training_data.top_k_hard_negatives``) and a
 wall-clock budget. After each stage the held-out tasks are reranked (the retriever's top
 ``candidates``) and N@k / C@k logged; ``summary.json`` has every stage's numbers.
+
+**Training mixtures.** ``sources`` (as in ``fit-retriever``) trains one reranker on several
+libraries: every example's candidates and negatives come from its query's own corpus and first-stage
+list, and batches are drawn per source in proportion to the sources' weights.
+
+**Interpolation with the first stage.** A cross-encoder trained for minutes on a CPU can know less
+than the list it reorders. ``dev_fraction`` of each source's training queries is set aside (never
+trained on); after each stage, :func:`tune_first_stage_weight` picks the w of
+``toolgym.retrieval.rerank.interpolate_with_first_stage`` that scores best on them, and the stage
+folder's ``toolgym_rerank.json`` records it, so ``CrossEncoderReranker(folder)`` reranks with it.
+The summary reports each stage both ways: the cross-encoder alone (w = 0) and interpolated.
 """
 from __future__ import annotations
 
@@ -34,12 +45,14 @@ from typing import Any, Optional
 
 from toolgym.fitting.common import (
     FitDataConfig,
+    FitSource,
     Budget,
     MetricsLog,
     optimizer_step,
     budgeted_schedule,
-    load_train_eval,
+    load_sources,
     plot_fit_curves,
+    proportional_batches,
     set_seed,
 )
 from toolgym.fitting.retriever import mean_retrieval_metrics
@@ -55,8 +68,10 @@ class FitRerankerConfig(FitDataConfig):
     encoder) proposes ``candidates`` per query, for training pools and evaluation; ``stages`` run in
     order with ``stage_budget_shares`` of the budget; ``epochs`` / ``max_steps`` (0 = no limit) are
     per stage (and per distillation round); ``distill_queries``: training queries the teacher
-    scores per round (0 = all; scoring is |queries| x candidates cross-encoder passes, so a CPU
-    run mines a seeded sample).
+    scores per round and source (0 = all; scoring is |queries| x candidates cross-encoder passes,
+    so a CPU run mines a seeded sample). ``sources``: a training mixture (empty: the one source of
+    the top-level data keys). ``dev_fraction`` of each source's training queries (at most
+    ``dev_limit``; 0 = no tuning, w = 0) tunes the first-stage weight over ``first_stage_weights``.
     """
 
     model: str = "minilm"
@@ -83,6 +98,10 @@ class FitRerankerConfig(FitDataConfig):
     distill_queries: int = 128
     eval_ks: list[int] = field(default_factory=lambda: [1, 5, 10])
     eval_each_stage: bool = True
+    sources: list[FitSource] = field(default_factory=list)
+    dev_fraction: float = 0.1
+    dev_limit: int = 200
+    first_stage_weights: list[float] = field(default_factory=lambda: [i / 20 for i in range(21)])
 
 
 def load_reranker(model: str | None, max_length: int) -> Any:
@@ -95,10 +114,25 @@ def load_reranker(model: str | None, max_length: int) -> Any:
         return CrossEncoderReranker(None if model in (None, "minilm") else model, max_length=max_length)
 
 
+def mixture_batches(examples: dict[str, Sequence[Any]], batch_size: int, weights: dict[str, float], epochs: int,
+                    rng: random.Random) -> list[list[Any]]:
+    """Mini-batches of one stage: each source's examples shuffled for ``epochs`` epochs and cut into
+    batches, then drawn across sources in proportion to ``weights``
+    (:func:`~toolgym.fitting.common.proportional_batches`; one source: all its batches, shuffled)."""
+    per_source: dict[str, list[list[int]]] = {}
+    for name, rows in examples.items():
+        order: list[int] = []
+        for _ in range(max(int(epochs), 1)):
+            epoch = list(range(len(rows)))
+            rng.shuffle(epoch)
+            order += epoch
+        per_source[name] = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    return [[examples[name][i] for i in batch] for name, batch in proportional_batches(per_source, weights, rng)]
+
+
 def train_stage(
     reranker: Any,
-    examples: Sequence[Any],
-    batch_size: int,
+    batches: list[list[Any]],
     make_loss: Callable[[Any], Any],
     to_inputs: Callable[[list[Any]], tuple[Any, Any]],
     cfg: Any,
@@ -106,20 +140,13 @@ def train_stage(
     log: MetricsLog,
     stage: str,
     step0: int,
-    rng: random.Random,
 ) -> int:
-    """Shuffled mini-batches of ``examples`` through one sentence-transformers CrossEncoder loss."""
+    """``batches`` (:func:`mixture_batches`) through one sentence-transformers CrossEncoder loss."""
     import torch
     from tqdm.auto import tqdm
 
     model = reranker.model
     loss_fn = make_loss(model)
-    order: list[int] = []
-    for _ in range(max(int(cfg.epochs), 1)):
-        epoch = list(range(len(examples)))
-        rng.shuffle(epoch)
-        order += epoch
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     if int(cfg.max_steps) > 0:
         batches = batches[: int(cfg.max_steps)]
     if not batches:
@@ -133,7 +160,7 @@ def train_stage(
         if budget.spent():
             log.write({"stage": stage, "step": step, "event": "budget_spent", "elapsed_s": budget.elapsed()})
             break
-        inputs, labels = to_inputs([examples[i] for i in batch])
+        inputs, labels = to_inputs(batch)
         loss = loss_fn(inputs, labels)
         step += 1
         value = optimizer_step(loss, model, optimizer, scheduler, log, stage, step)
@@ -173,19 +200,102 @@ def teacher_hard_negatives(reranker: Any, tasks: Sequence[Any], pools: dict[str,
     return out
 
 
-def rerank_heldout(reranker: Any, index: Any, tasks: Sequence[Any], depth: int, ks: Sequence[int]) -> dict[str, float]:
-    """N@k / C@k in % after reranking the retriever's top ``depth`` for each held-out task."""
-    queries = [t.context_text() for t in tasks]
-    reranked = reranker.rerank_batch(queries, index.search_batch(queries, k=depth), k=depth)
-    return mean_retrieval_metrics([r.ids for r in reranked], tasks, ks)
+def cross_encoder_scores(reranker: Any, tasks: Sequence[Any], lists: Sequence[Any], corpus: Any) -> list[Any]:
+    """The cross-encoder's raw score of every candidate of each task's first-stage list (one ``predict``)."""
+    pairs = [(t.context_text(), corpus.text(corpus[i])) for t, r in zip(tasks, lists) for i in r.ids]
+    flat = reranker.score_pairs(pairs)
+    out, pos = [], 0
+    for r in lists:
+        out.append(flat[pos : pos + len(r.ids)])
+        pos += len(r.ids)
+    return out
+
+
+def rerankings(lists: Sequence[Any], scores: Sequence[Any], first_stage_weight: float) -> list[tuple[str, ...]]:
+    """Each first-stage list reordered by the interpolated score (w = 0: the cross-encoder alone)."""
+    import numpy as np
+
+    from toolgym.retrieval.rerank import interpolate_with_first_stage
+
+    out = []
+    for r, s in zip(lists, scores):
+        x = interpolate_with_first_stage(r.scores, s, first_stage_weight) if first_stage_weight > 0 else np.asarray(s)
+        out.append(tuple(r.ids[i] for i in np.argsort(-x, kind="stable")))
+    return out
+
+
+def tune_first_stage_weight(dev: Sequence[tuple[Sequence[Any], Sequence[Any], Sequence[Any]]],
+                            grid: Sequence[float]) -> tuple[float, dict[str, float]]:
+    """The w of ``grid`` maximising, on set-aside training queries, the mean over sources of
+    (N@5 + C@10) / 2 after reranking; ``dev``: one (tasks, first-stage lists, cross-encoder scores)
+    per source. Ties go to the larger w (the smaller change to the input list). Returns w and the
+    objective at every grid point."""
+    from toolgym.retrieval.rerank import check_first_stage_weight
+
+    weights = sorted({check_first_stage_weight(w) for w in grid})
+    if not weights:
+        raise ValueError("first_stage_weights is empty")
+    objective: dict[str, float] = {}
+    for w in weights:
+        per_source = []
+        for tasks, lists, scores in dev:
+            m = mean_retrieval_metrics(rerankings(lists, scores, w), tasks, [5, 10])
+            per_source.append((m["N@5"] + m["C@10"]) / 2)
+        objective[f"{w:g}"] = sum(per_source) / max(len(per_source), 1)
+    best = max(weights, key=lambda w: (round(objective[f"{w:g}"], 9), w))
+    return best, objective
+
+
+def _per_query(rankings: Sequence[Sequence[str]], tasks: Sequence[Any]) -> list[dict[str, Any]]:
+    from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
+
+    return [{"task_id": t.id, "N@5": ndcg_at_k(r, t.gold, 5), "C@10": completeness_at_k(r, t.gold, 10)}
+            for r, t in zip(rankings, tasks)]
+
+
+def _mean_over(by_source: dict[str, dict[str, float]]) -> dict[str, float]:
+    """One source: its numbers; a mixture: the unweighted mean over sources."""
+    if not by_source:
+        return {}
+    keys = next(iter(by_source.values()))
+    return {k: sum(v[k] for v in by_source.values()) / len(by_source) for k in keys}
+
+
+@dataclass
+class _Source:
+    """A source's training state: its data, its first-stage index and every query's candidate list."""
+
+    data: Any
+    train: list
+    dev: list
+    index: Any
+    pools: dict  # training task id -> the first stage's SearchResult
+    dev_lists: list
+    heldout_lists: list
+
+
+def _prepare_source(data: Any, cfg: Any, depth: int) -> _Source:
+    from toolgym.data.training_data import split_tasks
+    from toolgym.retrieval import build_index
+
+    train, dev = list(data.train), []
+    if float(cfg.dev_fraction) > 0 and len(train) > 1:
+        train, dev = split_tasks(train, float(cfg.dev_fraction), int(cfg.seed))
+        dev = dev[: int(cfg.dev_limit)] if int(cfg.dev_limit) > 0 else dev
+        if not train:  # a one-group source: train on it, tune on nothing
+            train, dev = list(data.train), []
+    index = build_index(data.corpus, cfg.retriever, model=cfg.retriever_model)
+    search = lambda tasks: index.search_batch([t.context_text() for t in tasks], k=depth) if tasks else []  # noqa: E731
+    pools = {t.id: r for t, r in zip(train, search(train))}
+    return _Source(data, train, dev, index, pools, search(dev), search(data.heldout))
 
 
 def fit_reranker(cfg: Any) -> dict[str, Any]:
     """Run the configured stages; returns the summary (also written to ``summary.json``)."""
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, ListNetLoss, RankNetLoss
 
-    from toolgym.retrieval import build_index
     from toolgym.data.training_data import listwise_groups, pointwise_examples, random_negatives
+    from toolgym.retrieval.rerank import SETTINGS_FILE
 
     stages = list(cfg.stages)
     unknown = [s for s in stages if s not in STAGES]
@@ -194,28 +304,34 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
     shares = [float(x) for x in cfg.stage_budget_shares]
     if len(shares) != len(STAGES) or any(x < 0 for x in shares):
         raise ValueError(f"stage_budget_shares needs {len(STAGES)} non-negative numbers, got {shares}")
+    if not 0.0 <= float(cfg.dev_fraction) < 1.0:
+        raise ValueError(f"dev_fraction must be in [0, 1), got {cfg.dev_fraction}")
     set_seed(int(cfg.seed))
     rng = random.Random(int(cfg.seed))
     out_dir = Path(cfg.output_dir)
     log = MetricsLog(out_dir)
-    corpus, train_tasks, eval_tasks = load_train_eval(cfg)
-    budget = Budget(float(cfg.budget_minutes))
-    index = build_index(corpus, cfg.retriever, model=cfg.retriever_model)
     depth = int(cfg.candidates)
     ks = [int(k) for k in cfg.eval_ks]
-    # Candidate pools of the training queries (the retriever is the first teacher).
-    found = index.search_batch([t.context_text() for t in train_tasks], k=depth)
-    pools = {t.id: list(r.ids) for t, r in zip(train_tasks, found)}
-    retrieved_negs = {t.id: [i for i in pools[t.id] if i not in t.gold] for t in train_tasks}
+    sources = [_prepare_source(d, cfg, depth) for d in load_sources(cfg)]
+    weights = {s.data.name: s.data.weight for s in sources}
+    budget = Budget(float(cfg.budget_minutes))
+    retrieved_negs = {s.data.name: {t.id: [i for i in s.pools[t.id].ids if i not in t.gold] for t in s.train} for s in sources}
 
     reranker = load_reranker(cfg.model, int(cfg.max_length))
-    reranker.corpus = corpus  # rerank_heldout reads each candidate's text from it
-    summary: dict[str, Any] = {"command": "fit-reranker", "stages": {}, "train_tasks": len(train_tasks),
-                               "eval_tasks": len(eval_tasks), "retriever": cfg.retriever,
-                               "retriever_model": cfg.retriever_model, "candidates": depth}
-    if eval_tasks and cfg.eval_each_stage:
-        summary["retriever_heldout"] = mean_retrieval_metrics(
-            [r.ids for r in index.search_batch([t.context_text() for t in eval_tasks], k=depth)], eval_tasks, ks)
+    evaluated = [s for s in sources if s.data.heldout] if cfg.eval_each_stage else []
+    summary: dict[str, Any] = {"command": "fit-reranker", "stages": {}, "train_tasks": sum(len(s.train) for s in sources),
+                               "dev_tasks": sum(len(s.dev) for s in sources),
+                               "eval_tasks": sum(len(s.data.heldout) for s in sources), "retriever": cfg.retriever,
+                               "retriever_model": cfg.retriever_model, "candidates": depth,
+                               "sources": [s.data.name for s in sources]}
+    per_query: dict[str, dict[str, list]] = {s.data.name: {} for s in evaluated}
+    if evaluated:
+        by_source = {}
+        for s in evaluated:
+            ranked = [r.ids for r in s.heldout_lists]
+            by_source[s.data.name] = mean_retrieval_metrics(ranked, s.data.heldout, ks)
+            per_query[s.data.name]["input"] = _per_query(ranked, s.data.heldout)
+        summary["retriever_heldout"], summary["retriever_heldout_by_source"] = _mean_over(by_source), by_source
     step = 0
     remaining_share = sum(shares[STAGES.index(s)] for s in stages) or 1.0
     for stage in stages:
@@ -224,50 +340,76 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
         stage_budget = budget.share(min(share, 1.0))
         start = step
         if stage == "pointwise":
-            negatives = {
-                t.id: retrieved_negs[t.id][: int(cfg.point_retrieved_negatives)]
-                + random_negatives(set(t.gold) | set(retrieved_negs[t.id]), corpus.ids, int(cfg.point_random_negatives), rng)
-                for t in train_tasks
-            }
-            examples = pointwise_examples(train_tasks, corpus, negatives)
-            step = train_stage(reranker, examples, int(cfg.point_batch_size), BinaryCrossEntropyLoss, _pointwise_inputs,
-                               cfg, stage_budget, log, stage, step, rng)
-            n_examples = len(examples)
+            examples = {}
+            for s in sources:
+                negs = retrieved_negs[s.data.name]
+                negatives = {t.id: negs[t.id][: int(cfg.point_retrieved_negatives)]
+                             + random_negatives(set(t.gold) | set(negs[t.id]), s.data.corpus.ids, int(cfg.point_random_negatives), rng)
+                             for t in s.train}
+                examples[s.data.name] = pointwise_examples(s.train, s.data.corpus, negatives)
+            batches = mixture_batches(examples, int(cfg.point_batch_size), weights, int(cfg.epochs), rng)
+            step = train_stage(reranker, batches, BinaryCrossEntropyLoss, _pointwise_inputs, cfg, stage_budget, log, stage, step)
+            n_examples = sum(len(e) for e in examples.values())
         elif stage == "listwise":
-            groups = listwise_groups(train_tasks, corpus, retrieved_negs, int(cfg.list_size), rng)
-            step = train_stage(reranker, groups, int(cfg.list_batch_size), ListNetLoss,
-                               _list_inputs(float(cfg.list_target_scale)), cfg, stage_budget, log, stage, step, rng)
-            n_examples = len(groups)
+            groups = {s.data.name: listwise_groups(s.train, s.data.corpus, retrieved_negs[s.data.name], int(cfg.list_size), rng)
+                      for s in sources}
+            batches = mixture_batches(groups, int(cfg.list_batch_size), weights, int(cfg.epochs), rng)
+            step = train_stage(reranker, batches, ListNetLoss, _list_inputs(float(cfg.list_target_scale)), cfg,
+                               stage_budget, log, stage, step)
+            n_examples = sum(len(g) for g in groups.values())
         else:
             n_examples = 0
             rounds = max(int(cfg.distill_rounds), 1)
+            k = int(cfg.distill_hard_negatives)
             for r in range(rounds):
                 round_budget = stage_budget.share(1.0 / (rounds - r))
                 if round_budget.spent():
                     break
-                n = int(cfg.distill_queries)
-                mined = rng.sample(train_tasks, n) if 0 < n < len(train_tasks) else list(train_tasks)
-                hard = teacher_hard_negatives(reranker, mined, pools, corpus, int(cfg.distill_hard_negatives))
-                k = int(cfg.distill_hard_negatives)
-                # Eq. 20 over every (t+, t-_hard) pair of a query: one list of gold + hard negatives.
-                groups = listwise_groups(mined, corpus, hard, k + max(len(t.gold) for t in mined), rng)
+                groups = {}
+                for s in sources:
+                    n = int(cfg.distill_queries)
+                    mined = rng.sample(s.train, n) if 0 < n < len(s.train) else list(s.train)
+                    pools = {t.id: list(s.pools[t.id].ids) for t in mined}
+                    hard = teacher_hard_negatives(reranker, mined, pools, s.data.corpus, k)
+                    # Eq. 20 over every (t+, t-_hard) pair of a query: one list of gold + hard negatives.
+                    groups[s.data.name] = listwise_groups(mined, s.data.corpus, hard, k + max(len(t.gold) for t in mined), rng)
+                batches = mixture_batches(groups, int(cfg.distill_batch_size), weights, int(cfg.epochs), rng)
                 step = train_stage(
-                    reranker, groups, int(cfg.distill_batch_size),
-                    lambda m: RankNetLoss(m, reduction_log="natural"), _list_inputs(1.0),
-                    cfg, round_budget, log, f"distilled_r{r + 1}", step, rng,
+                    reranker, batches, lambda m: RankNetLoss(m, reduction_log="natural"), _list_inputs(1.0),
+                    cfg, round_budget, log, f"distilled_r{r + 1}", step,
                 )
-                n_examples += len(groups)
+                n_examples += sum(len(g) for g in groups.values())
         folder = out_dir / stage
         reranker.model.save(str(folder))
         info: dict[str, Any] = {"model_dir": str(folder), "steps": step - start, "examples": n_examples,
                                 "elapsed_s": budget.elapsed()}
-        if eval_tasks and cfg.eval_each_stage:
-            info["heldout"] = rerank_heldout(reranker, index, eval_tasks, depth, ks)
-            log.write({"stage": "eval", "step": step, "after": stage, **{f"heldout_{k}": v for k, v in info["heldout"].items()}})
+        # The first-stage weight, tuned on the set-aside training queries (w = 0 when there are none).
+        dev = [(s.dev, s.dev_lists, cross_encoder_scores(reranker, s.dev, s.dev_lists, s.data.corpus)) for s in sources if s.dev]
+        w, objective = tune_first_stage_weight(dev, cfg.first_stage_weights) if dev else (0.0, {})
+        info.update(first_stage_weight=w, dev_objective=objective)
+        (folder / SETTINGS_FILE).write_text(json.dumps(
+            {"first_stage_weight": w, "retriever": cfg.retriever, "retriever_model": cfg.retriever_model,
+             "tuned_on": {s.data.name: len(s.dev) for s in sources}, "objective": "mean over sources of (N@5 + C@10) / 2",
+             "dev_objective": objective}, indent=2) + "\n")
+        if evaluated:
+            alone, mixed = {}, {}
+            for s in evaluated:
+                scores = cross_encoder_scores(reranker, s.data.heldout, s.heldout_lists, s.data.corpus)
+                for label, table, weight in ((stage, alone, 0.0), (f"{stage}+first_stage", mixed, w)):
+                    ranked = rerankings(s.heldout_lists, scores, weight)
+                    table[s.data.name] = mean_retrieval_metrics(ranked, s.data.heldout, ks)
+                    per_query[s.data.name][label] = _per_query(ranked, s.data.heldout)
+            info.update(heldout=_mean_over(alone), heldout_by_source=alone,
+                        heldout_interpolated=_mean_over(mixed), heldout_interpolated_by_source=mixed)
+            log.write({"stage": "eval", "step": step, "after": stage, "first_stage_weight": w,
+                       **{f"heldout_{k}": v for k, v in info["heldout"].items()},
+                       **{f"heldout_interpolated_{k}": v for k, v in info["heldout_interpolated"].items()}})
         summary["stages"][stage] = info
     summary.update(steps=step, elapsed_s=budget.elapsed(), budget_minutes=float(cfg.budget_minutes),
                    model_dir=summary["stages"][stages[-1]]["model_dir"] if stages else None,
                    config=dataclasses.asdict(cfg))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if per_query:
+        (out_dir / "heldout_per_query.json").write_text(json.dumps(per_query) + "\n")
     plot_fit_curves(log.path, out_dir / "curves.png", ["loss", "lr"], "fit-reranker (eq. 16 -> 19 -> 20)")
     return summary

@@ -8,6 +8,11 @@ close to constant and its order is close to arbitrary until it is fine-tuned. ``
 fit-reranker`` trains it (MagicSelector's progressive point-wise -> list-wise -> self-distilled
 reranker, ``toolgym.fitting.reranker``); pass ``model=`` a trained cross-encoder folder
 (``runs/fit_reranker/distilled``) or a cached HF id to rerank for real.
+
+A trained folder may carry ``toolgym_rerank.json`` with a ``first_stage_weight`` w that
+``fit-reranker`` tuned on training queries it set aside: the final order is then
+:func:`interpolate_with_first_stage` of the first-stage and cross-encoder scores, so a reranker
+that knows less than its input list leans on that list (w = 1 returns the input order unchanged).
 """
 from __future__ import annotations
 
@@ -17,10 +22,55 @@ from collections.abc import Sequence
 import numpy as np
 
 from toolgym.retrieval.corpus import ToolCorpus
+from toolgym.retrieval.fusion import standardise_rows
 from toolgym.retrieval.index import SearchResult, _check_k, _check_query
 from toolgym.retrieval.models import resolve_embedding_model
 
 HEAD_SEED = 0
+SETTINGS_FILE = "toolgym_rerank.json"  # beside a trained CrossEncoder's weights: its tuned first-stage weight
+
+
+def interpolate_with_first_stage(first_stage: Sequence[float], reranker: Sequence[float], first_stage_weight: float) -> np.ndarray:
+    """Interpolated score of each candidate of one list:
+
+        s(t) = w · z_first(t) + (1 − w) · z_rerank(t),   z(t) = (x(t) − mean) / std over the list
+
+    w = 0 is the cross-encoder alone, w = 1 the first stage alone (its order, kept exactly). The
+    two score scales differ (BM25 sums idf weights, logits are unbounded), so each is standardised
+    over the candidates first; a constant list standardises to 0.
+    """
+    w = check_first_stage_weight(first_stage_weight)
+    first = np.asarray(first_stage, dtype=np.float64).reshape(1, -1)
+    rerank = np.asarray(reranker, dtype=np.float64).reshape(1, -1)
+    if first.shape != rerank.shape:
+        raise ValueError(f"{first.shape[1]} first-stage scores for {rerank.shape[1]} reranker scores")
+    return (w * standardise_rows(first) + (1.0 - w) * standardise_rows(rerank))[0]
+
+
+def check_first_stage_weight(value: object) -> float:
+    """A first-stage weight as a float in [0, 1], or a ``ValueError`` naming what was wrong."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"first_stage_weight must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def read_first_stage_weight(folder: str) -> float:
+    """The ``first_stage_weight`` saved beside a trained reranker (0.0 = none saved: the cross-encoder alone)."""
+    import json
+    from pathlib import Path
+
+    path = Path(folder) / SETTINGS_FILE
+    if not path.is_file():
+        return 0.0
+    if path.stat().st_size > 1 << 20:
+        raise ValueError(f"{path}: larger than 1 MiB, not a reranker settings file")
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: nesting deeper than json's stack
+        raise ValueError(f"{path}: not JSON ({type(e).__name__})") from None
+    if not isinstance(settings, dict) or "first_stage_weight" not in settings:
+        raise ValueError(f"{path}: expected an object with a first_stage_weight")
+    return check_first_stage_weight(settings["first_stage_weight"])
 
 
 class CrossEncoderReranker:
@@ -32,8 +82,11 @@ class CrossEncoderReranker:
     ``corpus``: maps tool ids in a ``SearchResult`` to the text scored (``corpus.text(tool)``,
     the same text the index searched); without it, pass ``texts=`` to :meth:`rerank`.
     ``max_length``: tokens per (query, tool) pair; longer pairs are truncated.
-    The reranker's scores are raw logits (no sigmoid), so the score gaps that
-    :func:`toolgym.retrieval.topk.dual_boundary_dynamic_top_k` reads are not squashed.
+    ``first_stage_weight``: w of :func:`interpolate_with_first_stage` (``None``: the value saved
+    in the model folder's ``toolgym_rerank.json``, else 0, the cross-encoder alone).
+    Without interpolation the scores are raw logits (no sigmoid), so the score gaps that
+    :func:`toolgym.retrieval.topk.dual_boundary_dynamic_top_k` reads are not squashed; with it,
+    they are the interpolated z-scores.
     """
 
     def __init__(
@@ -44,6 +97,7 @@ class CrossEncoderReranker:
         corpus: ToolCorpus | None = None,
         device: str = "cpu",
         batch_size: int = 32,
+        first_stage_weight: float | None = None,
     ):
         import torch
         from sentence_transformers import CrossEncoder
@@ -72,6 +126,9 @@ class CrossEncoderReranker:
                 activation_fn=torch.nn.Identity(),
             )
         self.max_length = max_length
+        if first_stage_weight is None:
+            first_stage_weight = 0.0 if self.untrained_head else read_first_stage_weight(path)
+        self.first_stage_weight = check_first_stage_weight(first_stage_weight)
 
     # -- scoring ---------------------------------------------------------------------------
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
@@ -90,7 +147,8 @@ class CrossEncoderReranker:
     def rerank(
         self, query: str, result: SearchResult, k: int | None = None, *, texts: Sequence[str] | None = None
     ) -> SearchResult:
-        """Reorder ``result`` by cross-encoder score and keep the top ``k`` (all if None)."""
+        """Reorder ``result`` by cross-encoder score (interpolated with its own scores when
+        ``first_stage_weight`` > 0) and keep the top ``k`` (all if None)."""
         return self.rerank_batch([query], [result], k, texts=None if texts is None else [texts])[0]
 
     def rerank_batch(
@@ -116,6 +174,8 @@ class CrossEncoderReranker:
         for res, ds in zip(results, docs):
             s = flat[start : start + len(ds)]
             start += len(ds)
+            if self.first_stage_weight > 0:
+                s = interpolate_with_first_stage(res.scores, s, self.first_stage_weight)
             order = np.argsort(-s, kind="stable")[: k if k is not None else len(s)]
             out.append(SearchResult(tuple(res.ids[i] for i in order), tuple(float(s[i]) for i in order)))
         return out
@@ -131,5 +191,6 @@ class CrossEncoderReranker:
 
     def __repr__(self) -> str:
         head = "untrained head" if self.untrained_head else "trained"
-        return f"CrossEncoderReranker({self.model_name!r}, {head}, max_length={self.max_length})"
+        w = f", first_stage_weight={self.first_stage_weight:g}" if self.first_stage_weight else ""
+        return f"CrossEncoderReranker({self.model_name!r}, {head}, max_length={self.max_length}{w})"
 

@@ -79,6 +79,9 @@ def test_fit_reranker_tiny_runs_all_three_stages(seal_slice, tmp_path):
         warnings.simplefilter("error", UserWarning)  # a trained folder must not warn "untrained head"
         trained = CrossEncoderReranker(summary["model_dir"], max_length=64)
     assert not trained.untrained_head and np.isfinite(trained.score("convert money", ["a", "b"])).all()
+    # Each stage is reported alone and interpolated with the first stage, at the weight its folder saved.
+    last = summary["stages"]["distilled"]
+    assert "heldout_interpolated" in last and trained.first_stage_weight == last["first_stage_weight"]
 
 
 def test_fit_reranker_rejects_unknown_stage(seal_slice, tmp_path, capsys):

@@ -64,3 +64,35 @@ def test_fit_retriever_on_a_two_source_mixture(tmp_path):
     assert summary["heldout"]["C@10"] == pytest.approx(mean)
     evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if '"eval"' in line]
     assert {r["source"] for r in evals} == {"api_bank", "metatool"}
+
+
+@pytest.mark.slow  # loads MiniLM and trains a cross-encoder for a few steps
+def test_fit_reranker_on_a_two_source_mixture_tunes_and_saves_its_first_stage_weight(tmp_path):
+    from toolgym.retrieval.rerank import CrossEncoderReranker
+
+    cfg = tmp_path / "mix.yaml"
+    cfg.write_text("\n".join([
+        "sources:",
+        "  - {dataset: api_bank, train_limit: 20, eval_limit: 5}",
+        "  - {dataset: metatool, weight: 2.0, train_limit: 20, eval_limit: 5}",
+        "dev_fraction: 0.25", "stages: [pointwise]", "candidates: 5", "max_steps: 2", "point_batch_size: 8",
+        "max_length: 48", "first_stage_weights: [0.0, 0.5, 1.0]", "progress: false", ""]))
+    out = tmp_path / "run"
+    assert main(["fit-reranker", str(cfg), "--output-dir", str(out), "--budget-minutes", "0"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["sources"] == ["api_bank", "metatool"]
+    assert summary["dev_tasks"] > 0 and summary["dev_tasks"] + summary["train_tasks"] == 40  # set aside, never trained on
+    stage = summary["stages"]["pointwise"]
+    assert set(stage["dev_objective"]) == {"0", "0.5", "1"}
+    assert stage["dev_objective"][f"{stage['first_stage_weight']:g}"] == max(stage["dev_objective"].values())
+    assert set(stage["heldout_by_source"]) == set(stage["heldout_interpolated_by_source"]) == {"api_bank", "metatool"}
+    rows = json.loads((out / "heldout_per_query.json").read_text())
+    assert {len(rows[s][k]) for s in rows for k in ("input", "pointwise", "pointwise+first_stage")} == {5}
+    # The folder carries the weight; the reranker built from it reranks with it.
+    folder = CrossEncoderReranker(stage["model_dir"], max_length=48)
+    assert folder.first_stage_weight == stage["first_stage_weight"]
+    keep = CrossEncoderReranker(stage["model_dir"], max_length=48, first_stage_weight=1.0)
+    from toolgym.retrieval import SearchResult
+
+    first = SearchResult(("x", "y", "z"), (3.0, 2.0, 1.0))
+    assert keep.rerank("a query", first, texts=["one", "two", "three"]).ids == ("x", "y", "z")  # w = 1: the input order
