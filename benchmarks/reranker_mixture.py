@@ -10,7 +10,7 @@ error of the per-query differences). A gain counts above two standard errors.
 
 A finished run is not trained again: when ``benchmarks/results/reranker_mixture.json`` holds a
 run of the same config (and model fingerprint of the first stage), ``--report`` rebuilds the table
-from it alone. Not run in CI (about 25 min on 2 cores).
+from it alone. Not run in CI (about 35 min on 2 cores).
 
     python benchmarks/reranker_mixture.py            # train (budget from the config), write the table
     python benchmarks/reranker_mixture.py --report   # the table from the result file
@@ -81,7 +81,8 @@ def report(result: dict[str, Any]) -> str:
         f"`+ first stage`: the stage's cross-encoder score interpolated with the input's score, "
         f"w · z(first stage) + (1 − w) · z(cross-encoder), w tuned on {s['dev_tasks']} set-aside training queries. "
         f"Last column: sources where both N@5 and C@10 rise. Training: {s['steps']} steps in "
-        f"{s['elapsed_s'] / 60:.1f} min (budget {s['budget_minutes']:g} min) on {s['train_tasks']} training queries."
+        f"{s['training_s'] / 60:.1f} min of training (budget {s['budget_minutes']:g} min; "
+        f"{s['elapsed_s'] / 60:.0f} min with the scoring between stages) on {s['train_tasks']} training queries."
     )
     return legend + "\n\n" + markdown_table(["rows", *sources, "beats its input on"], table)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -29,6 +30,16 @@ class Budget:
 
     def spent(self) -> bool:
         return self.seconds > 0 and self.elapsed() >= self.seconds
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Time spent inside does not count against the budget (held-out evaluation between
+        training stages: on a CPU it can take longer than a stage's training)."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.start += time.monotonic() - t0
 
     def share(self, fraction: float) -> "Budget":
         """A sub-budget of ``fraction`` of what is left (for one stage of a multi-stage run)."""

@@ -18,7 +18,8 @@ Three stages, each continuing from the previous model and saved as its own Cross
 
 What sentence-transformers lacks and is written here: the stage schedule, the self-distillation
 loop (teacher scoring + eq. 22, ``toolgym.data.training_data.top_k_hard_negatives``) and a
-wall-clock budget. After each stage the held-out tasks are reranked (the retriever's top
+wall-clock budget of training time (saving, tuning and evaluating between stages are paused out of
+it). After each stage the held-out tasks are reranked (the retriever's top
 ``candidates``) and N@k / C@k logged; ``summary.json`` has every stage's numbers.
 
 **Training mixtures.** ``sources`` (as in ``fit-retriever``) trains one reranker on several
@@ -307,6 +308,7 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
     if not 0.0 <= float(cfg.dev_fraction) < 1.0:
         raise ValueError(f"dev_fraction must be in [0, 1), got {cfg.dev_fraction}")
     set_seed(int(cfg.seed))
+    clock = Budget(0)  # wall clock of the whole command
     rng = random.Random(int(cfg.seed))
     out_dir = Path(cfg.output_dir)
     log = MetricsLog(out_dir)
@@ -380,32 +382,33 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
                 )
                 n_examples += sum(len(g) for g in groups.values())
         folder = out_dir / stage
-        reranker.model.save(str(folder))
-        info: dict[str, Any] = {"model_dir": str(folder), "steps": step - start, "examples": n_examples,
-                                "elapsed_s": budget.elapsed()}
-        # The first-stage weight, tuned on the set-aside training queries (w = 0 when there are none).
-        dev = [(s.dev, s.dev_lists, cross_encoder_scores(reranker, s.dev, s.dev_lists, s.data.corpus)) for s in sources if s.dev]
-        w, objective = tune_first_stage_weight(dev, cfg.first_stage_weights) if dev else (0.0, {})
-        info.update(first_stage_weight=w, dev_objective=objective)
-        (folder / SETTINGS_FILE).write_text(json.dumps(
-            {"first_stage_weight": w, "retriever": cfg.retriever, "retriever_model": cfg.retriever_model,
-             "tuned_on": {s.data.name: len(s.dev) for s in sources}, "objective": "mean over sources of (N@5 + C@10) / 2",
-             "dev_objective": objective}, indent=2) + "\n")
-        if evaluated:
-            alone, mixed = {}, {}
-            for s in evaluated:
-                scores = cross_encoder_scores(reranker, s.data.heldout, s.heldout_lists, s.data.corpus)
-                for label, table, weight in ((stage, alone, 0.0), (f"{stage}+first_stage", mixed, w)):
-                    ranked = rerankings(s.heldout_lists, scores, weight)
-                    table[s.data.name] = mean_retrieval_metrics(ranked, s.data.heldout, ks)
-                    per_query[s.data.name][label] = _per_query(ranked, s.data.heldout)
-            info.update(heldout=_mean_over(alone), heldout_by_source=alone,
-                        heldout_interpolated=_mean_over(mixed), heldout_interpolated_by_source=mixed)
-            log.write({"stage": "eval", "step": step, "after": stage, "first_stage_weight": w,
-                       **{f"heldout_{k}": v for k, v in info["heldout"].items()},
-                       **{f"heldout_interpolated_{k}": v for k, v in info["heldout_interpolated"].items()}})
+        with budget.paused():  # saving, tuning w and held-out evaluation are not training time
+            reranker.model.save(str(folder))
+            info: dict[str, Any] = {"model_dir": str(folder), "steps": step - start, "examples": n_examples,
+                                    "elapsed_s": budget.elapsed()}
+            # The first-stage weight, tuned on the set-aside training queries (w = 0 when there are none).
+            dev = [(s.dev, s.dev_lists, cross_encoder_scores(reranker, s.dev, s.dev_lists, s.data.corpus)) for s in sources if s.dev]
+            w, objective = tune_first_stage_weight(dev, cfg.first_stage_weights) if dev else (0.0, {})
+            info.update(first_stage_weight=w, dev_objective=objective)
+            (folder / SETTINGS_FILE).write_text(json.dumps(
+                {"first_stage_weight": w, "retriever": cfg.retriever, "retriever_model": cfg.retriever_model,
+                 "tuned_on": {s.data.name: len(s.dev) for s in sources}, "objective": "mean over sources of (N@5 + C@10) / 2",
+                 "dev_objective": objective}, indent=2) + "\n")
+            if evaluated:
+                alone, mixed = {}, {}
+                for s in evaluated:
+                    scores = cross_encoder_scores(reranker, s.data.heldout, s.heldout_lists, s.data.corpus)
+                    for label, table, weight in ((stage, alone, 0.0), (f"{stage}+first_stage", mixed, w)):
+                        ranked = rerankings(s.heldout_lists, scores, weight)
+                        table[s.data.name] = mean_retrieval_metrics(ranked, s.data.heldout, ks)
+                        per_query[s.data.name][label] = _per_query(ranked, s.data.heldout)
+                info.update(heldout=_mean_over(alone), heldout_by_source=alone,
+                            heldout_interpolated=_mean_over(mixed), heldout_interpolated_by_source=mixed)
+                log.write({"stage": "eval", "step": step, "after": stage, "first_stage_weight": w,
+                           **{f"heldout_{k}": v for k, v in info["heldout"].items()},
+                           **{f"heldout_interpolated_{k}": v for k, v in info["heldout_interpolated"].items()}})
         summary["stages"][stage] = info
-    summary.update(steps=step, elapsed_s=budget.elapsed(), budget_minutes=float(cfg.budget_minutes),
+    summary.update(steps=step, elapsed_s=clock.elapsed(), training_s=budget.elapsed(), budget_minutes=float(cfg.budget_minutes),
                    model_dir=summary["stages"][stages[-1]]["model_dir"] if stages else None,
                    config=dataclasses.asdict(cfg))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

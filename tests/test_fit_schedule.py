@@ -76,3 +76,14 @@ def test_budget_cut_optimiser_run_steps_at_positive_lr():
     assert all(lr > 0 for lr in lrs) and all(moved)
     # Sized to the ~10 steps that fit, the run reaches a real fraction of the base rate.
     assert max(lrs) > 0.3 * 1e-2
+
+
+def test_time_inside_paused_does_not_count_against_the_budget():
+    import time
+
+    from toolgym.fitting.common import Budget
+
+    budget = Budget(1.0)
+    with budget.paused():
+        time.sleep(0.2)
+    assert budget.elapsed() < 0.1 and not budget.spent()  # the 0.2 s of evaluation is not training time

@@ -23,7 +23,7 @@ def test_paired_difference_and_its_standard_error_on_hand_numbers():
 def test_report_counts_the_sources_a_stage_beats_its_input_on():
     summary = {"stages": {"pointwise": {"first_stage_weight": 0.4}}, "config": {"sources": [{"eval_limit": 3}]},
                "candidates": 20, "retriever": "hybrid", "retriever_model": "m", "dev_tasks": 10, "steps": 5,
-               "elapsed_s": 60.0, "budget_minutes": 1.0, "train_tasks": 30}
+               "elapsed_s": 60.0, "training_s": 30.0, "budget_minutes": 1.0, "train_tasks": 30}
     per_query = {
         "a": {"input": _rows([0.5, 0.5], [0, 1]), "pointwise": _rows([1.0, 0.5], [1, 1]),
               "pointwise+first_stage": _rows([0.5, 0.5], [0, 1])},
