@@ -80,6 +80,7 @@ def test_retrieval_doc_fusion_table_is_the_benchmarks():
     data = json.loads((ROOT / "benchmarks" / "results" / "fusion.json").read_text())["heldout"]
     text = (ROOT / "docs" / "retrieval.md").read_text()
     section = text[text.index("## Hybrid fusion"):]
+    section = section[: section.find("\n## ", 1) if "\n## " in section[1:] else None]  # up to the next section
     names = {"Seal-Tools": "seal_tools", "StableToolBench": "stabletoolbench", "MetaTool": "metatool",
              "MetaTool two-tool": "metatool_multi", "API-Bank": "api_bank"}
     seen = set()
