@@ -69,11 +69,13 @@ def load_mixture(config: Path, limit: int | None, load: bool = True) -> tuple[An
 def run_one(name: str, args: argparse.Namespace, sources: list[Any], settings: dict[str, Any]) -> dict[str, Any]:
     out = Path(args.results)
     path = out / f"{name}.json"
-    if name in REFERENCES:  # nobody trains them: the training budget is not one of their settings
-        settings = {k: v for k, v in settings.items() if k != "budget_minutes"}
+    def own(s: dict[str, Any]) -> dict[str, Any]:  # nobody trains a reference row: the budget is not its setting
+        return {k: v for k, v in s.items() if k != "budget_minutes"} if name in REFERENCES else s
+
+    settings = own(settings)
     if path.exists():
         got = json.loads(path.read_text())
-        if {k: v for k, v in got["settings"].items() if name not in REFERENCES or k != "budget_minutes"} == settings:
+        if own(got["settings"]) == settings:
             return got
         raise SystemExit(f"{path} holds a run with other settings; move it away or use the same ones")
     if name in REFERENCES:

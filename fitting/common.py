@@ -318,6 +318,14 @@ def load_sources(cfg: Any) -> list[SourceData]:
     return out
 
 
+def mean_over_sources(by_source: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Held-out numbers of a run: one source's own, or a mixture's unweighted mean over its sources."""
+    if not by_source:
+        return {}
+    keys = next(iter(by_source.values()))
+    return {k: float(sum(v[k] for v in by_source.values()) / len(by_source)) for k in keys}
+
+
 def proportional_batches(batches: dict[str, list[list[int]]], weights: dict[str, float],
                          rng: random.Random, total: int | None = None) -> list[tuple[str, list[int]]]:
     """A seeded order of ``(source, batch)``: every batch comes from one source (in-batch negatives

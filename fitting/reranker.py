@@ -52,6 +52,7 @@ from toolgym.fitting.common import (
     optimizer_step,
     budgeted_schedule,
     load_sources,
+    mean_over_sources,
     plot_fit_curves,
     proportional_batches,
     set_seed,
@@ -186,19 +187,13 @@ def _list_inputs(scale: float) -> Callable[[list[Any]], tuple[Any, Any]]:
     return convert
 
 
-def teacher_hard_negatives(reranker: Any, tasks: Sequence[Any], pools: dict[str, list[str]], corpus: Any, k: int) -> dict[str, list[str]]:
-    """Algorithm 1, lines 5-12: the current reranker scores each query's candidate pool; eq. 22 keeps
-    its top-k wrong tools."""
+def teacher_hard_negatives(reranker: Any, tasks: Sequence[Any], lists: Sequence[Any], corpus: Any, k: int) -> dict[str, list[str]]:
+    """Algorithm 1, lines 5-12: the current reranker scores each query's candidate pool (its
+    first-stage list); eq. 22 keeps its top-k wrong tools."""
     from toolgym.data.training_data import top_k_hard_negatives
 
-    pairs = [(t.context_text(), corpus.text(corpus[i])) for t in tasks for i in pools[t.id]]
-    flat = reranker.score_pairs(pairs)
-    out, pos = {}, 0
-    for t in tasks:
-        n = len(pools[t.id])
-        out[t.id] = top_k_hard_negatives(pools[t.id], flat[pos : pos + n], t.gold, k)
-        pos += n
-    return out
+    scores = cross_encoder_scores(reranker, tasks, lists, corpus)
+    return {t.id: top_k_hard_negatives(list(r.ids), s, t.gold, k) for t, r, s in zip(tasks, lists, scores)}
 
 
 def cross_encoder_scores(reranker: Any, tasks: Sequence[Any], lists: Sequence[Any], corpus: Any) -> list[Any]:
@@ -214,15 +209,9 @@ def cross_encoder_scores(reranker: Any, tasks: Sequence[Any], lists: Sequence[An
 
 def rerankings(lists: Sequence[Any], scores: Sequence[Any], first_stage_weight: float) -> list[tuple[str, ...]]:
     """Each first-stage list reordered by the interpolated score (w = 0: the cross-encoder alone)."""
-    import numpy as np
+    from toolgym.retrieval.rerank import reorder
 
-    from toolgym.retrieval.rerank import interpolate_with_first_stage
-
-    out = []
-    for r, s in zip(lists, scores):
-        x = interpolate_with_first_stage(r.scores, s, first_stage_weight) if first_stage_weight > 0 else np.asarray(s)
-        out.append(tuple(r.ids[i] for i in np.argsort(-x, kind="stable")))
-    return out
+    return [reorder(r, s, first_stage_weight).ids for r, s in zip(lists, scores)]
 
 
 def tune_first_stage_weight(dev: Sequence[tuple[Sequence[Any], Sequence[Any], Sequence[Any]]],
@@ -254,14 +243,6 @@ def _per_query(rankings: Sequence[Sequence[str]], tasks: Sequence[Any]) -> list[
             for r, t in zip(rankings, tasks)]
 
 
-def _mean_over(by_source: dict[str, dict[str, float]]) -> dict[str, float]:
-    """One source: its numbers; a mixture: the unweighted mean over sources."""
-    if not by_source:
-        return {}
-    keys = next(iter(by_source.values()))
-    return {k: sum(v[k] for v in by_source.values()) / len(by_source) for k in keys}
-
-
 @dataclass
 class _Source:
     """A source's training state: its data, its first-stage index and every query's candidate list."""
@@ -269,7 +250,6 @@ class _Source:
     data: Any
     train: list
     dev: list
-    index: Any
     pools: dict  # training task id -> the first stage's SearchResult
     dev_lists: list
     heldout_lists: list
@@ -286,9 +266,12 @@ def _prepare_source(data: Any, cfg: Any, depth: int) -> _Source:
         if not train:  # a one-group source: train on it, tune on nothing
             train, dev = list(data.train), []
     index = build_index(data.corpus, cfg.retriever, model=cfg.retriever_model)
-    search = lambda tasks: index.search_batch([t.context_text() for t in tasks], k=depth) if tasks else []  # noqa: E731
+
+    def search(tasks: list) -> list:
+        return index.search_batch([t.context_text() for t in tasks], k=depth) if tasks else []
+
     pools = {t.id: r for t, r in zip(train, search(train))}
-    return _Source(data, train, dev, index, pools, search(dev), search(data.heldout))
+    return _Source(data, train, dev, pools, search(dev), search(data.heldout))
 
 
 def fit_reranker(cfg: Any) -> dict[str, Any]:
@@ -333,7 +316,7 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
             ranked = [r.ids for r in s.heldout_lists]
             by_source[s.data.name] = mean_retrieval_metrics(ranked, s.data.heldout, ks)
             per_query[s.data.name]["input"] = _per_query(ranked, s.data.heldout)
-        summary["retriever_heldout"], summary["retriever_heldout_by_source"] = _mean_over(by_source), by_source
+        summary["retriever_heldout"], summary["retriever_heldout_by_source"] = mean_over_sources(by_source), by_source
     step = 0
     remaining_share = sum(shares[STAGES.index(s)] for s in stages) or 1.0
     for stage in stages:
@@ -371,8 +354,7 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
                 for s in sources:
                     n = int(cfg.distill_queries)
                     mined = rng.sample(s.train, n) if 0 < n < len(s.train) else list(s.train)
-                    pools = {t.id: list(s.pools[t.id].ids) for t in mined}
-                    hard = teacher_hard_negatives(reranker, mined, pools, s.data.corpus, k)
+                    hard = teacher_hard_negatives(reranker, mined, [s.pools[t.id] for t in mined], s.data.corpus, k)
                     # Eq. 20 over every (t+, t-_hard) pair of a query: one list of gold + hard negatives.
                     groups[s.data.name] = listwise_groups(mined, s.data.corpus, hard, k + max(len(t.gold) for t in mined), rng)
                 batches = mixture_batches(groups, int(cfg.distill_batch_size), weights, int(cfg.epochs), rng)
@@ -402,8 +384,8 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
                         ranked = rerankings(s.heldout_lists, scores, weight)
                         table[s.data.name] = mean_retrieval_metrics(ranked, s.data.heldout, ks)
                         per_query[s.data.name][label] = _per_query(ranked, s.data.heldout)
-                info.update(heldout=_mean_over(alone), heldout_by_source=alone,
-                            heldout_interpolated=_mean_over(mixed), heldout_interpolated_by_source=mixed)
+                info.update(heldout=mean_over_sources(alone), heldout_by_source=alone,
+                            heldout_interpolated=mean_over_sources(mixed), heldout_interpolated_by_source=mixed)
                 log.write({"stage": "eval", "step": step, "after": stage, "first_stage_weight": w,
                            **{f"heldout_{k}": v for k, v in info["heldout"].items()},
                            **{f"heldout_interpolated_{k}": v for k, v in info["heldout_interpolated"].items()}})

@@ -32,6 +32,7 @@ from toolgym.fitting.common import (
     optimizer_step,
     budgeted_schedule,
     load_sources,
+    mean_over_sources,
     proportional_batches,
     plot_fit_curves,
     set_seed,
@@ -207,8 +208,7 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
         ranked = index.search_batch([t.context_text() for t in s.heldout], k=max(ks))
         by_source[s.name] = mean_retrieval_metrics([r.ids for r in ranked], s.heldout, ks)
         log.write({"stage": "eval", "step": step, "source": s.name, **{f"heldout_{k}": v for k, v in by_source[s.name].items()}})
-    # one source: its numbers; a mixture: the unweighted mean over sources (each reported too)
-    heldout = {k: float(np.mean([v[k] for v in by_source.values()])) for k in next(iter(by_source.values()), {})}
+    heldout = mean_over_sources(by_source)  # each source's numbers are reported too
     summary = {
         "command": "fit-retriever", "model_dir": str(model_dir), "steps": step, "rounds": round_info,
         "train_tasks": sum(len(s.train) for s in sources), "eval_tasks": sum(len(s.heldout) for s in sources),

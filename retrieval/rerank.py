@@ -47,6 +47,17 @@ def interpolate_with_first_stage(first_stage: Sequence[float], reranker: Sequenc
     return (w * standardise_rows(first) + (1.0 - w) * standardise_rows(rerank))[0]
 
 
+def reorder(result: SearchResult, reranker_scores: Sequence[float], first_stage_weight: float,
+            k: int | None = None) -> SearchResult:
+    """``result``'s candidates by the reranker's scores, interpolated with the result's own when
+    ``first_stage_weight`` > 0; ties keep the input order; the top ``k`` (all if None)."""
+    s = np.asarray(reranker_scores, dtype=np.float64)
+    if first_stage_weight > 0:
+        s = interpolate_with_first_stage(result.scores, s, first_stage_weight)
+    order = np.argsort(-s, kind="stable")[: k if k is not None else len(s)]
+    return SearchResult(tuple(result.ids[i] for i in order), tuple(float(s[i]) for i in order))
+
+
 def check_first_stage_weight(value: object) -> float:
     """A first-stage weight as a float in [0, 1], or a ``ValueError`` naming what was wrong."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
@@ -172,12 +183,8 @@ class CrossEncoderReranker:
         flat = self.score_pairs(pairs)
         out, start = [], 0
         for res, ds in zip(results, docs):
-            s = flat[start : start + len(ds)]
+            out.append(reorder(res, flat[start : start + len(ds)], self.first_stage_weight, k))
             start += len(ds)
-            if self.first_stage_weight > 0:
-                s = interpolate_with_first_stage(res.scores, s, self.first_stage_weight)
-            order = np.argsort(-s, kind="stable")[: k if k is not None else len(s)]
-            out.append(SearchResult(tuple(res.ids[i] for i in order), tuple(float(s[i]) for i in order)))
         return out
 
     def _texts_for(self, result: SearchResult, texts: Sequence[str] | None) -> list[str]:

@@ -47,17 +47,24 @@ def test_sources_are_checked(tmp_path):
     assert two[0].corpus.name != two[1].corpus.name  # each source keeps its own library
 
 
-@pytest.mark.slow  # loads MiniLM and trains it for a few steps
-def test_fit_retriever_on_a_two_source_mixture(tmp_path):
+def _fit_two_sources(tmp_path, command, train_limit, eval_limit, metatool_weight, keys):
+    """``command`` on API-Bank + MetaTool (first N tasks of each) with ``keys``; its run folder is
+    ``tmp_path / "run"``; returns the summary."""
     cfg = tmp_path / "mix.yaml"
     cfg.write_text("\n".join([
         "sources:",
-        "  - {dataset: api_bank, train_limit: 16, eval_limit: 6}",
-        "  - {dataset: metatool, weight: 3.0, train_limit: 16, eval_limit: 6}",
-        "max_steps: 4", "batch_size: 4", "max_length: 48", "hard_negative_rounds: 1", "progress: false", ""]))
+        f"  - {{dataset: api_bank, train_limit: {train_limit}, eval_limit: {eval_limit}}}",
+        f"  - {{dataset: metatool, weight: {metatool_weight}, train_limit: {train_limit}, eval_limit: {eval_limit}}}",
+        *keys, "progress: false", ""]))
+    assert main([command, str(cfg), "--output-dir", str(tmp_path / "run"), "--budget-minutes", "0"]) == 0
+    return json.loads((tmp_path / "run" / "summary.json").read_text())
+
+
+@pytest.mark.slow  # loads MiniLM and trains it for a few steps
+def test_fit_retriever_on_a_two_source_mixture(tmp_path):
     out = tmp_path / "run"
-    assert main(["fit-retriever", str(cfg), "--output-dir", str(out), "--budget-minutes", "0"]) == 0
-    summary = json.loads((out / "summary.json").read_text())
+    summary = _fit_two_sources(tmp_path, "fit-retriever", 16, 6, 3.0,
+                               ["max_steps: 4", "batch_size: 4", "max_length: 48", "hard_negative_rounds: 1"])
     assert set(summary["heldout_by_source"]) == {"api_bank", "metatool"}
     assert summary["eval_tasks"] == 12 and set(summary["rounds"][0]["triples"]) == {"api_bank", "metatool"}
     mean = (summary["heldout_by_source"]["api_bank"]["C@10"] + summary["heldout_by_source"]["metatool"]["C@10"]) / 2
@@ -70,16 +77,10 @@ def test_fit_retriever_on_a_two_source_mixture(tmp_path):
 def test_fit_reranker_on_a_two_source_mixture_tunes_and_saves_its_first_stage_weight(tmp_path):
     from toolgym.retrieval.rerank import CrossEncoderReranker
 
-    cfg = tmp_path / "mix.yaml"
-    cfg.write_text("\n".join([
-        "sources:",
-        "  - {dataset: api_bank, train_limit: 20, eval_limit: 5}",
-        "  - {dataset: metatool, weight: 2.0, train_limit: 20, eval_limit: 5}",
-        "dev_fraction: 0.25", "stages: [pointwise]", "candidates: 5", "max_steps: 2", "point_batch_size: 8",
-        "max_length: 48", "first_stage_weights: [0.0, 0.5, 1.0]", "progress: false", ""]))
     out = tmp_path / "run"
-    assert main(["fit-reranker", str(cfg), "--output-dir", str(out), "--budget-minutes", "0"]) == 0
-    summary = json.loads((out / "summary.json").read_text())
+    summary = _fit_two_sources(tmp_path, "fit-reranker", 20, 5, 2.0,
+                               ["dev_fraction: 0.25", "stages: [pointwise]", "candidates: 5", "max_steps: 2",
+                                "point_batch_size: 8", "max_length: 48", "first_stage_weights: [0.0, 0.5, 1.0]"])
     assert summary["sources"] == ["api_bank", "metatool"]
     assert summary["dev_tasks"] > 0 and summary["dev_tasks"] + summary["train_tasks"] == 40  # set aside, never trained on
     stage = summary["stages"]["pointwise"]
