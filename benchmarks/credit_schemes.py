@@ -47,7 +47,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS, markdown_table, weights_fingerprint  # noqa: E402
-from learning import ENVS, evaluate, grpo_config  # noqa: E402
+from learning import DECOMPOSITION_ENVS, ENVS, evaluate, grpo_config  # noqa: E402
 
 # Seal-Tools tool search on its multi-tool tasks only (>= 2 gold tools, each findable by its own
 # search): first-discovery credit has several tools to discover, and TCA's full-retrieval gate
@@ -68,11 +68,29 @@ REPLAY_SCHEMES = ("toolsearcher", "esm_only", "tca_only", "grpo_f1", "toolsearch
 DEFAULT_SCHEMES = {
     "toolsearch": list(REPLAY_SCHEMES),  # ESM + TCA, each alone, trajectory-level F1, + the format term
     # magicselector's preference term needs reference subtasks (Task.subtasks): Seal-Tools has none,
-    # so pass --decompose-env toolgym/Decompose-Dialogue-v0 --decompose-eval-split test to include it.
+    # so pass --decompose-env dialogue (toolgym/Decompose-Dialogue-v0) to include it.
     "decompose": ["counterfactual", "grpo_match"],
 }
 SETTING_KEYS = ("warm_start", "steps", "eval_every", "eval_tasks", "eval_batch", "tasks_per_step", "group_size",
                 "overrides")
+# A run named ``SCHEME+VARIANT`` trains SCHEME with this change of the training env and nothing else,
+# so it pairs with SCHEME's runs of the same seeds. ``curriculum``: ToolSearcher's category-constrained
+# schedule (CCTD: every search confined to one category for the first 30 % of the steps, then global
+# search; evaluation always searches globally).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "curriculum": {"train_kwargs": {"curriculum": {"required_fraction": 0.3, "constrained_mode": "required",
+                                                   "after_mode": "off"}}},
+}
+
+
+def split_run_name(name: str) -> tuple[str, str | None]:
+    """``"toolsearcher+curriculum"`` -> ``("toolsearcher", "curriculum")``; a plain scheme -> ``(name, None)``."""
+    scheme, plus, variant = name.partition("+")
+    if not plus:
+        return name, None
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown run variant {variant!r} in {name!r}; variants: {sorted(VARIANTS)}")
+    return scheme, variant
 
 
 def env_settings(env_name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -88,7 +106,10 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
     from toolgym.trainers.train import train
 
     run_dir = Path(args.out) / env_name / f"{scheme}_seed{seed}"
+    reward_name, variant = split_run_name(scheme)
     settings = {**env_settings(env_name, args), "scheme": scheme, "seed": seed}
+    if variant is not None:
+        settings["variant"] = VARIANTS[variant]
     results_dir = Path(getattr(args, "results_dir", None) or RUN_FILES)
     committed = run_file(env_name, scheme, seed, results_dir)
     if committed.exists() and "fingerprint" in warm:
@@ -106,9 +127,11 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
     step = 0
     while step < args.steps:
         step = min(step + args.eval_every, args.steps)
-        cfg = grpo_config(env_name, {"name": scheme, "options": {}}, args.warm_start, run_dir, budget_s=None,
+        cfg = grpo_config(env_name, {"name": reward_name, "options": {}}, args.warm_start, run_dir, budget_s=None,
                           seed=seed, tasks_per_step=args.tasks_per_step, group_size=args.group_size,
                           overrides=args.overrides)
+        if variant is not None:
+            apply_variant(cfg, variant)
         cfg.train.steps = step
         cfg.train.time_budget_s = None
         cfg.train.save_rollouts = True  # for `toolgym replay` (credit per turn type on the same rollouts)
@@ -135,6 +158,17 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
             "points": points, "train": rows, "credit_nonzero_share": credit_nonzero_share(rows),
             "train_seconds": result["train_seconds"]}, indent=1) + "\n")
     return result
+
+
+def apply_variant(cfg: Any, variant: str) -> Any:
+    """Merge ``VARIANTS[variant]`` into the training env of a GRPO config (``env.train_kwargs``...)."""
+    from omegaconf import OmegaConf
+
+    for section, values in VARIANTS[variant].items():
+        current = getattr(cfg.env, section)
+        current = OmegaConf.to_container(current) if OmegaConf.is_config(current) else dict(current)
+        setattr(cfg.env, section, OmegaConf.create({**current, **values}))
+    return cfg
 
 
 # -- warm start fingerprint, one file per finished run ------------------------------------------
@@ -203,7 +237,8 @@ def load_run_files(root: Path | None = None) -> dict[str, list[dict[str, Any]]]:
         if len(prints) > 1:
             raise SystemExit(f"{env}: run files from {len(prints)} warm starts ({sorted(prints)}); runs of different "
                              "warm starts are never pooled: remove the stale files")
-        shared = {json.dumps({k: v for k, v in r["settings"].items() if k not in ("scheme", "seed")}, sort_keys=True)
+        shared = {json.dumps({k: v for k, v in r["settings"].items() if k not in ("scheme", "seed", "variant")},
+                             sort_keys=True)
                   for r in runs}
         if len(shared) > 1:
             raise SystemExit(f"{env}: run files of {len(shared)} different settings; one comparison pools one setting")
@@ -360,7 +395,7 @@ def weighted_terms(scheme: str, shares: dict[str, float]) -> dict[str, float]:
     from toolgym.rewards.composite import scheme_config
 
     try:
-        weights = {m["module"]: float(m.get("weight", 1.0)) for m in scheme_config(scheme)["modules"]}
+        weights = {m["module"]: float(m.get("weight", 1.0)) for m in scheme_config(split_run_name(scheme)[0])["modules"]}
     except (KeyError, ValueError):  # not a registered scheme: show every term
         return dict(shares)
     return {t: v for t, v in shares.items() if weights.get(t, 1.0) != 0.0 and t != "monitors"}
@@ -371,9 +406,9 @@ def metric_names(env_name: str) -> dict[str, str]:
 
 
 def by_scheme(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    order = {s: i for i, s in enumerate(REPLAY_SCHEMES + tuple(DEFAULT_SCHEMES["decompose"]) + ("magicselector",))}
+    order = {s: i for i, s in enumerate(("magicselector",) + REPLAY_SCHEMES + tuple(DEFAULT_SCHEMES["decompose"]))}
     out: dict[str, list[dict[str, Any]]] = {}
-    for r in sorted(runs, key=lambda r: (order.get(r["scheme"], 99), r["scheme"], r["seed"])):
+    for r in sorted(runs, key=lambda r: (order.get(split_run_name(r["scheme"])[0], 99), r["scheme"], r["seed"])):
         out.setdefault(r["scheme"], []).append(r)
     return out
 
@@ -627,7 +662,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--toolsearch-schemes", nargs="*", default=DEFAULT_SCHEMES["toolsearch"])
     ap.add_argument("--decompose-schemes", nargs="*", default=DEFAULT_SCHEMES["decompose"])
-    ap.add_argument("--decompose-env", default=None, help="another decomposition env id (e.g. Decompose-Dialogue-v0)")
+    ap.add_argument("--decompose-env", default=None,
+                    help="dialogue: the generated dialogues (toolgym/Decompose-Dialogue-v0, its test split held out; "
+                         "run files under <results>/dialogue/); or another decomposition env id")
     ap.add_argument("--decompose-eval-split", default=None, help="its held-out split (e.g. test), default heldout")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="GRPO config overrides for every run, e.g. sampling.temperature=1.2 grpo.lr=2e-3")
@@ -660,16 +697,23 @@ def main(argv: list[str] | None = None) -> int:
         if not (k.isdigit() and n.isdigit() and int(k) < int(n)):
             ap.error("--shard takes K/N with 0 <= K < N")
         shard = (int(k), int(n))
-    if args.decompose_env:
+    decompose_env = "decompose"
+    if args.decompose_env in DECOMPOSITION_ENVS:
+        decompose_env = args.decompose_env
+    elif args.decompose_env:
         ENVS["decompose"] = {**ENVS["decompose"], "id": args.decompose_env}
     if args.decompose_eval_split:
-        ENVS["decompose"] = {**ENVS["decompose"], "eval_split": args.decompose_eval_split}
+        ENVS[decompose_env] = {**ENVS[decompose_env], "eval_split": args.decompose_eval_split}
     from toolgym.rewards import get_reward, reward_names, scheme_names
 
     known = set(reward_names()) | set(scheme_names())
     wanted = {env: schemes for env, schemes in
-              {args.toolsearch_env: args.toolsearch_schemes, "decompose": args.decompose_schemes}.items() if schemes}
-    missing = sorted({s for v in wanted.values() for s in v} - known)
+              {args.toolsearch_env: args.toolsearch_schemes, decompose_env: args.decompose_schemes}.items() if schemes}
+    try:
+        bases = {split_run_name(s)[0] for v in wanted.values() for s in v}
+    except ValueError as e:
+        ap.error(str(e))
+    missing = sorted(bases - known)
     if missing:
         ap.error(f"unknown reward scheme(s) {missing} on this branch; known: {sorted(known)}")
     assert get_reward  # imported to register every scheme before the check above

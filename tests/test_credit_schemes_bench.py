@@ -203,3 +203,40 @@ def test_a_decomposition_env_is_reported_on_its_own_metrics_without_turn_types(t
     row = next(line for line in body.splitlines() if line.startswith("| `counterfactual` − `grpo_match`"))
     assert "+0.250 ± 0.250" in row  # R_cf per task [.5, 0] - [0, 0]
     assert "R_cf" in body and "per turn type" not in body
+
+
+def test_a_variant_run_trains_its_base_scheme_with_the_curriculum_on_the_training_env_only():
+    from learning import grpo_config
+
+    assert cs.split_run_name("toolsearcher+curriculum") == ("toolsearcher", "curriculum")
+    assert cs.split_run_name("grpo_f1") == ("grpo_f1", None)
+    with pytest.raises(ValueError, match="unknown run variant 'warmup'"):
+        cs.split_run_name("toolsearcher+warmup")
+    cfg = grpo_config("toolsearch_multi", {"name": "toolsearcher", "options": {}}, "W", Path("r"), budget_s=None)
+    before_eval = dict(cfg.env.eval_kwargs)
+    cs.apply_variant(cfg, "curriculum")
+    assert cfg.env.train_kwargs.split == "train"  # merged into, not replaced
+    assert cfg.env.train_kwargs.curriculum.constrained_mode == "required"
+    assert cfg.env.train_kwargs.curriculum.required_fraction == 0.3
+    assert dict(cfg.env.eval_kwargs) == before_eval  # evaluation searches globally, as for every scheme
+
+
+def test_a_variant_pairs_with_its_base_scheme_and_a_changed_variant_is_refused(tmp_path):
+    (tmp_path / "toolsearch_multi").mkdir()
+    for scheme, final in (("toolsearcher", [1, 0, 0]), ("toolsearcher+curriculum", [1, 1, 0])):
+        run = _run_file(scheme, 0, [0, 0, 0], final)
+        if "+" in scheme:
+            run["settings"]["variant"] = cs.VARIANTS["curriculum"]  # differs from its base in this key only
+        (tmp_path / "toolsearch_multi" / f"{scheme}_seed0.json").write_text(json.dumps(run))
+    body = cs.report(tmp_path, write=False, png_dir=tmp_path)
+    row = next(line for line in body.splitlines() if line.startswith("| `toolsearcher` − `toolsearcher+curriculum`"))
+    assert "-0.333 ± 0.333" in row  # per task [1, 0, 0] - [1, 1, 0]
+    # a committed curriculum run of another schedule is not resumed as this one
+    args = _args(tmp_path, results_dir=str(tmp_path))
+    path = cs.run_file("toolsearch_multi", "toolsearcher+curriculum", 0, tmp_path)
+    stored = json.loads(path.read_text())
+    stored["settings"] = {**cs.env_settings("toolsearch_multi", args), "scheme": "toolsearcher+curriculum", "seed": 0,
+                          "variant": {"train_kwargs": {"curriculum": {"required_fraction": 0.5}}}}
+    path.write_text(json.dumps(stored))
+    with pytest.raises(SystemExit, match=r"differs in \['variant'\]"):
+        cs.run_scheme("toolsearch_multi", "toolsearcher+curriculum", 0, args, warm={"fingerprint": FP})
