@@ -526,7 +526,8 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
         nz = {}
         for r in mine:
             for term, v in r.get("credit_nonzero_share", {}).items():
-                nz.setdefault(term, []).append(v)
+                # a one-module reward logs plain ``reward/zero_var``: its term is the reward itself
+                nz.setdefault(term or split_run_name(scheme)[0], []).append(v)
         rows.append([f"`{scheme}`", ", ".join(str(r["seed"]) for r in mine), by_step, _pm(gain),
                      gain["seed_sd"] is not None and f"{gain['seed_sd']:.3f}" or "-", *finals,
                      " ".join(f"{t} {v:.2f}" for t, v in weighted_terms(scheme, {t: float(np.mean(v)) for t, v in nz.items()}).items())])

@@ -197,11 +197,14 @@ def test_a_decomposition_env_is_reported_on_its_own_metrics_without_turn_types(t
                              for i, v in enumerate(values)]
             point["mean"] = _mean(point["rows"])
         run["warm"] = {"rows": run["points"][0]["rows"], "mean": run["points"][0]["mean"]}
+        run["credit_nonzero_share"] = {"": 0.8}  # a one-module reward logs plain reward/zero_var
         (tmp_path / "decompose" / f"{scheme}_seed0.json").write_text(json.dumps(run))
     (tmp_path / "decompose" / "replay_rollouts.jsonl").write_text("")  # turn types are tool-search only: not read
     body = cs.report(tmp_path, write=False, png_dir=tmp_path)
     row = next(line for line in body.splitlines() if line.startswith("| `counterfactual` − `grpo_match`"))
     assert "+0.250 ± 0.250" in row  # R_cf per task [.5, 0] - [0, 0]
+    scheme_row = next(line for line in body.splitlines() if line.startswith("| `counterfactual` | 0"))
+    assert scheme_row.rstrip(" |").endswith("counterfactual 0.80")  # the term is named after the reward
     assert "R_cf" in body and "per turn type" not in body
 
 
@@ -240,3 +243,18 @@ def test_a_variant_pairs_with_its_base_scheme_and_a_changed_variant_is_refused(t
     path.write_text(json.dumps(stored))
     with pytest.raises(SystemExit, match=r"differs in \['variant'\]"):
         cs.run_scheme("toolsearch_multi", "toolsearcher+curriculum", 0, args, warm={"fingerprint": FP})
+
+
+def test_the_learning_doc_block_is_what_report_writes_from_the_committed_run_files(tmp_path):
+    """docs/learning.md's credit_schemes_runs block, regenerated from benchmarks/results/credit_schemes alone
+    (figure paths aside: here the figures go to a temporary folder)."""
+    import re
+
+    doc = cs.LEARNING_DOC.read_text()
+    block = re.search(rf"<!-- {cs.SECTION}:start -->\n_[^\n]*_\n\n(.*?)\n<!-- {cs.SECTION}:end -->", doc, re.S).group(1)
+    body = cs.report(cs.RUN_FILES, write=False, png_dir=tmp_path)
+
+    def without_figures(text):
+        return [line for line in text.strip().splitlines() if not line.startswith("![")]
+
+    assert without_figures(body) == without_figures(block)
