@@ -585,15 +585,22 @@ def load_replay(env_name: str, results_dir: Path, schemes: Sequence[str]) -> dic
     return got
 
 
-def write_doc_section(body: str, doc: Path = LEARNING_DOC) -> None:
-    """Replace the ``credit_schemes_runs`` block of docs/learning.md (appended when absent)."""
+def doc_section(results_dir: Path) -> str:
+    """The docs/learning.md block of a results folder: ``credit_schemes_runs`` for the default one,
+    ``credit_schemes_runs_<folder name>`` for another (e.g. a longer step budget, whose runs never pool
+    with the default's)."""
+    return SECTION if Path(results_dir).resolve() == RUN_FILES.resolve() else f"{SECTION}_{Path(results_dir).name}"
+
+
+def write_doc_section(body: str, doc: Path = LEARNING_DOC, section: str = SECTION, command: str = "--report") -> None:
+    """Replace the ``section`` block of docs/learning.md (appended when absent)."""
     import re
 
-    section = (f"<!-- {SECTION}:start -->\n_Written by `python benchmarks/credit_schemes.py --report` from the run files "
-               f"alone._\n\n{body.strip()}\n<!-- {SECTION}:end -->")
+    block = (f"<!-- {section}:start -->\n_Written by `python benchmarks/credit_schemes.py {command}` from the run files "
+             f"alone._\n\n{body.strip()}\n<!-- {section}:end -->")
     text = doc.read_text()
-    pattern = re.compile(rf"<!-- {SECTION}:start -->.*?<!-- {SECTION}:end -->", re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
+    pattern = re.compile(rf"<!-- {re.escape(section)}:start -->.*?<!-- {re.escape(section)}:end -->", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     doc.write_text(text)
 
 
@@ -616,8 +623,16 @@ def report(results_dir: Path | None = None, write: bool = True, png_dir: Path | 
     body = "\n\n".join(bodies)
     if write:
         (results_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        write_doc_section(body)
+        section = doc_section(results_dir)
+        command = "--report" if section == SECTION else f"--report --results-dir {_shown(results_dir)}"
+        write_doc_section(body, section=section, command=command)
     return body
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository root when it is inside it."""
+    root = RESULTS.parent.parent
+    return str(Path(path).resolve().relative_to(root)) if Path(path).resolve().is_relative_to(root) else str(path)
 
 
 def run_shards(jobs: int, argv: list[str], out: Path) -> None:

@@ -258,3 +258,15 @@ def test_the_learning_doc_block_is_what_report_writes_from_the_committed_run_fil
         return [line for line in text.strip().splitlines() if not line.startswith("![")]
 
     assert without_figures(body) == without_figures(block)
+
+
+def test_another_results_folder_writes_its_own_doc_block(tmp_path):
+    assert cs.doc_section(cs.RUN_FILES) == "credit_schemes_runs"
+    assert cs.doc_section(tmp_path / "credit_schemes_10steps") == "credit_schemes_runs_credit_schemes_10steps"
+    doc = tmp_path / "learning.md"
+    doc.write_text("# x\n\n<!-- credit_schemes_runs:start -->\nkept\n<!-- credit_schemes_runs:end -->\n")
+    cs.write_doc_section("new body", doc, section="credit_schemes_runs_b", command="--report --results-dir b")
+    cs.write_doc_section("newer body", doc, section="credit_schemes_runs_b", command="--report --results-dir b")
+    text = doc.read_text()
+    assert "kept" in text and "new body" not in text and text.count("newer body") == 1
+    assert "`python benchmarks/credit_schemes.py --report --results-dir b`" in text
