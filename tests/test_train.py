@@ -186,6 +186,22 @@ def test_curriculum_progress_reaches_training_resets_and_not_evaluation():
     assert "progress" not in training_reset_options(cfg, plain, 3)
 
 
+def test_a_run_with_a_category_curriculum_trains_in_the_constrained_phase_then_globally(tmp_path):
+    # the room check before training once reset the env without `progress`, which a curriculum without
+    # total_episodes refuses: every `toolgym train` with a curriculum failed before its first step
+    cfg = load_train_config(_write_config(tmp_path / "c.yaml", tmp_path / "run", steps=3), [
+        "env.train_kwargs={split: train, curriculum: {required_fraction: 0.3, constrained_mode: required, after_mode: 'off'}}"])
+    train(cfg, progress=False)
+    from toolgym.data.records import read_rollouts
+
+    prompts = []
+    for step in range(3):
+        (_, trajs), = read_rollouts(tmp_path / "run" / "rollouts" / f"step_{step:06d}.jsonl")
+        prompts.append(trajs[0].messages[0]["content"])
+    # step 0 (progress 0) is in the constrained phase, steps 1 and 2 (1/3, 2/3) search globally
+    assert ["category from the schema" in p for p in prompts] == [True, False, False]
+
+
 def test_zero_advantage_rollouts_stay_in_the_batch_by_default():
     import numpy as np
 

@@ -52,7 +52,8 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
 
     torch.manual_seed(seed)
     policy = build_policy(cfg.model, cfg.sampling)
-    check_context_room(policy, envs[0], tasks, t.max_context_tokens)
+    # step 0's reset options: a curriculum env needs its progress, and its constrained phase has the longest prompt
+    check_context_room(policy, envs[0], tasks, t.max_context_tokens, training_reset_options(cfg, envs[0], 0))
     evals = eval_run("before", policy, run_dir, resume)
     policy.model = apply_lora(policy.model, cfg.grpo.lora)  # generate with the adapter being trained
     trainer = GRPOTrainer(policy.model, cfg.grpo, temperature=cfg.sampling.temperature)
@@ -147,9 +148,11 @@ def training_reset_options(cfg: Any, env: Any, step: int) -> dict[str, Any]:
     return {**dict(cfg.env.reset_options), **curriculum_reset_options(env, training_progress(step, int(cfg.train.steps)))}
 
 
-def check_context_room(policy: Any, env: Any, tasks: Sequence[Any], max_context_tokens: int) -> None:
-    """``max_context_tokens`` must leave room for one turn after the (first task's) prompt."""
-    _, info = env.reset(seed=0, options={"task": tasks[0].id})
+def check_context_room(policy: Any, env: Any, tasks: Sequence[Any], max_context_tokens: int,
+                       options: dict[str, Any] | None = None) -> None:
+    """``max_context_tokens`` must leave room for one turn after the (first task's) prompt, reset with
+    ``options`` (a training reset's: an env with a category curriculum needs its ``progress``)."""
+    _, info = env.reset(seed=0, options={**(options or {}), "task": tasks[0].id})
     prompt = len(policy.encode_prompt(info["messages"]))
     need = prompt + int(policy.sampling.max_new_tokens)
     if need > max_context_tokens:
