@@ -539,10 +539,14 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
                                                                    warm_by_task(schemes[sc], key0))["diff"])
     g = paired_difference_over_seeds(final_by_task(schemes[best], key0), warm_by_task(schemes[best], key0))
     need = tasks_for_2se(g["diff"], g["se"], g["n_tasks"])
-    parts.append(f"Best scheme by pooled {names[key0]} gain: `{best}`, {_pm(g)} over {g['n_tasks']} tasks and seeds "
-                 f"{g['seeds']} ({'clears' if g['exceeds_2se'] and g['diff'] > 0 else 'does not clear'} 2 paired se"
-                 + (f"; at this effect size and task-to-task spread, 2 se needs ≈ {need} held-out tasks" if need else "")
-                 + ").")
+    if g["diff"] <= 0:  # a tie at zero is no "best scheme"
+        parts.append(f"No scheme's pooled {names[key0]} gain over the warm start is positive (the largest: "
+                     f"{_pm(g)}, `{best}`, over {g['n_tasks']} tasks and seeds {g['seeds']}).")
+    else:
+        parts.append(f"Best scheme by pooled {names[key0]} gain: `{best}`, {_pm(g)} over {g['n_tasks']} tasks and seeds "
+                     f"{g['seeds']} ({'clears' if g['exceeds_2se'] else 'does not clear'} 2 paired se"
+                     + (f"; at this effect size and task-to-task spread, 2 se needs ≈ {need} held-out tasks" if need else "")
+                     + ").")
     # scheme against scheme
     keys = [key0] + (["srecall", "search_turns"] if env_name in TOOLSEARCH_ENVS else ["c10"])
     pair_rows = []

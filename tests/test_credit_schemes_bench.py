@@ -206,6 +206,16 @@ def test_a_decomposition_env_is_reported_on_its_own_metrics_without_turn_types(t
     scheme_row = next(line for line in body.splitlines() if line.startswith("| `counterfactual` | 0"))
     assert scheme_row.rstrip(" |").endswith("counterfactual 0.80")  # the term is named after the reward
     assert "R_cf" in body and "per turn type" not in body
+    assert "Best scheme by pooled R_cf gain: `counterfactual`, +0.250 ± 0.250 over 2 tasks" in body
+
+
+def test_no_best_scheme_is_named_when_no_gain_is_positive(tmp_path):
+    (tmp_path / "toolsearch_multi").mkdir()
+    for scheme, final in (("tca_only", [0, 0, 0]), ("grpo_f1", [0, 0, 0])):
+        (tmp_path / "toolsearch_multi" / f"{scheme}_seed0.json").write_text(
+            json.dumps(_run_file(scheme, 0, [0, 0, 0], final)))
+    body = cs.report(tmp_path, write=False, png_dir=tmp_path)
+    assert "Best scheme" not in body and "No scheme's pooled F1 gain over the warm start is positive" in body
 
 
 def test_a_variant_run_trains_its_base_scheme_with_the_curriculum_on_the_training_env_only():
@@ -245,19 +255,24 @@ def test_a_variant_pairs_with_its_base_scheme_and_a_changed_variant_is_refused(t
         cs.run_scheme("toolsearch_multi", "toolsearcher+curriculum", 0, args, warm={"fingerprint": FP})
 
 
-def test_the_learning_doc_block_is_what_report_writes_from_the_committed_run_files(tmp_path):
-    """docs/learning.md's credit_schemes_runs block, regenerated from benchmarks/results/credit_schemes alone
+def test_the_learning_doc_blocks_are_what_report_writes_from_the_committed_run_files(tmp_path):
+    """Each committed results folder's block of docs/learning.md, regenerated from its run files alone
     (figure paths aside: here the figures go to a temporary folder)."""
     import re
 
     doc = cs.LEARNING_DOC.read_text()
-    block = re.search(rf"<!-- {cs.SECTION}:start -->\n_[^\n]*_\n\n(.*?)\n<!-- {cs.SECTION}:end -->", doc, re.S).group(1)
-    body = cs.report(cs.RUN_FILES, write=False, png_dir=tmp_path)
+    folders = [d for d in sorted(cs.RESULTS.glob("credit_schemes*")) if d.is_dir() and list(d.glob("*/*_seed*.json"))]
+    assert cs.RUN_FILES in folders
 
     def without_figures(text):
         return [line for line in text.strip().splitlines() if not line.startswith("![")]
 
-    assert without_figures(body) == without_figures(block)
+    for folder in folders:
+        section = cs.doc_section(folder)
+        block = re.search(rf"<!-- {section}:start -->\n_[^\n]*_\n\n(.*?)\n<!-- {section}:end -->", doc, re.S)
+        assert block, f"docs/learning.md has no {section} block for {folder}"
+        body = cs.report(folder, write=False, png_dir=tmp_path / folder.name)
+        assert without_figures(body) == without_figures(block.group(1)), folder
 
 
 def test_another_results_folder_writes_its_own_doc_block(tmp_path):
