@@ -15,7 +15,7 @@ Each benchmark writes its section of docs/benchmarks.md between ``<!-- name:star
   before the rows were kept are checked on their untrained rungs against a run that kept them);
 - the other measurement sections print only numbers found in their payload (a lookup);
 - outside docs/benchmarks.md: README's results table, the paired gains quoted in README and
-  docs/learning.md, docs/retrieval.md's quality table and docs/datasets.md's BM25 reference table.
+  docs/learning.md (learning runs, and the credit-scheme comparisons recomputed from their run files), docs/retrieval.md's quality table and docs/datasets.md's BM25 reference table.
 """
 from __future__ import annotations
 
@@ -204,6 +204,21 @@ def paired_gains_from_rows() -> set[str]:
     rows = payload("toolsearch_invalid")["rows"]  # plain vs constrained decoding of the warm start
     g = compare({"rows": rows["plain"]}, {"rows": rows["constrained"]})
     out.add(f"{g['gain']:+.3f} ± {g['se']:.3f}")
+    return out | credit_scheme_gains()
+
+
+def credit_scheme_gains() -> set[str]:
+    """Every pooled "difference ± paired se" of the credit-scheme comparisons (each scheme against the warm
+    start and every pair, every metric), recomputed from the committed run files of each results folder."""
+    cs = bench("credit_schemes")
+    out = set()
+    for folder in sorted(RESULTS.glob("credit_schemes*")):
+        if not folder.is_dir():
+            continue
+        for env, runs in cs.load_run_files(folder).items():
+            for pair in cs.pairwise(cs.by_scheme(runs), list(cs.metric_names(env))):
+                for k in cs.metric_names(env):  # A − B, or B − A as prose may quote it
+                    out |= {f"{sign * pair[k]['diff']:+.3f} ± {pair[k]['se']:.3f}" for sign in (1, -1)}
     return out
 
 
@@ -223,6 +238,7 @@ def test_toolsearch_invalid_means_are_its_rows():
 @pytest.mark.parametrize("doc, start, ends", [
     ("README.md", "## Results", ("\n## ",)),
     ("docs/learning.md", "### Measured", ("**Credit schemes", "### Credit schemes", "## Constrained decoding")),
+    ("docs/learning.md", "### Credit schemes, one file per run", ("## Constrained decoding",)),
 ])
 def test_learning_gains_in_the_docs_are_recomputed_from_rows(doc, start, ends):
     """The learning results quoted in README's results and docs/learning.md's measured section: each
