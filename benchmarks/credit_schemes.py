@@ -389,6 +389,12 @@ LEARNING_DOC = Path(__file__).resolve().parent.parent / "docs" / "learning.md"
 SECTION = "credit_schemes_runs"
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository root when it is inside it."""
+    root = RESULTS.parent.parent
+    return str(Path(path).resolve().relative_to(root)) if Path(path).resolve().is_relative_to(root) else str(path)
+
+
 def weighted_terms(scheme: str, shares: dict[str, float]) -> dict[str, float]:
     """The shares of the terms ``scheme`` gives weight (a weight-0 module is logged too, e.g. TCA under
     ``esm_only``); ``outcome`` is the group normalisation of the weighted outcome terms together."""
@@ -508,7 +514,7 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
              f"of {s['tasks_per_step']} tasks × {s['group_size']} rollouts (overrides "
              f"{' '.join(f'`{o}`' for o in s['overrides'] or []) or 'none'}), greedy evaluation on the first "
              f"{s['eval_tasks']} held-out tasks every {s['eval_every']} steps. Raw files: "
-             f"`{results_dir.relative_to(RESULTS.parent.parent) if results_dir.is_relative_to(RESULTS.parent.parent) else results_dir}/{env_name}/`."]
+             f"`{_shown(results_dir)}/{env_name}/`."]
     if ts:
         warm = head["warm"]["mean"]
         parts.append("Task set: " + "; ".join(f"{split} {v['tasks']} tasks, {v['gold_per_task']:.2f} gold tools per task "
@@ -585,7 +591,7 @@ def load_replay(env_name: str, results_dir: Path, schemes: Sequence[str]) -> dic
     if not path.exists():
         return None
     got = credit_by_turn_type(read_rollouts(path), schemes)
-    got["source"] = str(path.relative_to(RESULTS.parent.parent)) if path.is_relative_to(RESULTS.parent.parent) else str(path)
+    got["source"] = _shown(path)
     return got
 
 
@@ -632,11 +638,6 @@ def report(results_dir: Path | None = None, write: bool = True, png_dir: Path | 
         write_doc_section(body, section=section, command=command)
     return body
 
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the repository root when it is inside it."""
-    root = RESULTS.parent.parent
-    return str(Path(path).resolve().relative_to(root)) if Path(path).resolve().is_relative_to(root) else str(path)
 
 
 def run_shards(jobs: int, argv: list[str], out: Path) -> None:
