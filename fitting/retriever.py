@@ -51,6 +51,10 @@ class FitRetrieverConfig(FitDataConfig):
     its own corpus, held-out part and sampling weight); empty = the one source of the top-level
     data keys. Negatives, random or mined, and every batch's in-batch negatives come from the
     query's own library; the held-out numbers are reported per source.
+    ``dev_fraction`` of each source's training queries (at most ``dev_limit``; 0 = no tuning) are
+    set aside, never trained on, to tune the hybrid's BM25 weight for the trained encoder over
+    ``hybrid_bm25_weights`` (:func:`tune_hybrid_bm25_weight`); it is saved beside the weights as
+    ``toolgym_hybrid.json``, which ``build_index(corpus, "hybrid", model=<folder>)`` reads.
     """
 
     model: str = "minilm"
@@ -67,6 +71,9 @@ class FitRetrieverConfig(FitDataConfig):
     hard_negative_rounds: int = 1
     sources: list[FitSource] = field(default_factory=list)
     eval_ks: list[int] = field(default_factory=lambda: [1, 5, 10])
+    dev_fraction: float = 0.1
+    dev_limit: int = 200
+    hybrid_bm25_weights: list[float] = field(default_factory=lambda: [i / 20 for i in range(21)])
 
 
 def mean_retrieval_metrics(rankings: Sequence[Sequence[str]], tasks: Sequence[Any], ks: Sequence[int]) -> dict[str, float]:
@@ -78,6 +85,48 @@ def mean_retrieval_metrics(rankings: Sequence[Sequence[str]], tasks: Sequence[An
         out[f"N@{k}"] = 100.0 * float(np.mean([ndcg_at_k(r, t.gold, k) for r, t in zip(rankings, tasks)]))
         out[f"C@{k}"] = 100.0 * float(np.mean([completeness_at_k(r, t.gold, k) for r, t in zip(rankings, tasks)]))
     return out
+
+
+def hybrid_rankings(bm25_scores: np.ndarray, cosines: np.ndarray, bm25_weight: float, k: int) -> np.ndarray:
+    """Top-``k`` column positions per row of w · z(BM25) + (1 − w) · z(cosine), ties by position:
+    the order a hybrid index with ``bm25_weight`` = w returns (z over the whole row)."""
+    from toolgym.retrieval.fusion import fuse_standardised
+
+    fused = fuse_standardised([bm25_scores, cosines], (bm25_weight, 1.0 - bm25_weight))
+    return np.argsort(-fused, axis=1, kind="stable")[:, :k]
+
+
+def tune_hybrid_bm25_weight(dev: Sequence[tuple[Sequence[Any], Sequence[str], np.ndarray, np.ndarray]],
+                            grid: Sequence[float], slack: float = 1.0) -> tuple[float, dict[str, Any]]:
+    """The hybrid's BM25 weight w for one encoder, from set-aside training queries.
+
+    ``dev``: per source (tasks, corpus ids, BM25 score rows, cosine rows). For each w of ``grid``
+    and each source, margin(w) = C@10(hybrid w) − max(C@10(BM25 alone), C@10(dense alone)) (the
+    parts are w = 1 and w = 0). The chosen w has the least shortfall max(0, −slack − min over
+    sources of margin(w)) — a hybrid within ``slack`` points of its better part on every source
+    is as good as any other — then the largest mean over sources of (N@5 + C@10) / 2, then the
+    larger w. Returns w and, per grid point, the shortfall, the mean objective and the margins.
+    """
+    from toolgym.retrieval.models import check_unit_weight
+
+    weights = sorted({check_unit_weight("hybrid_bm25_weights entry", w) for w in grid})
+    if not weights or not dev:
+        raise ValueError("tuning the hybrid weight needs a non-empty grid and at least one source with set-aside queries")
+
+    def metrics(w: float) -> list[dict[str, float]]:
+        return [mean_retrieval_metrics([[ids[i] for i in row] for row in hybrid_rankings(lex, cos, w, 10)], tasks, [5, 10])
+                for tasks, ids, lex, cos in dev]
+
+    parts = [max(a["C@10"], b["C@10"]) for a, b in zip(metrics(1.0), metrics(0.0))]
+    table: dict[str, Any] = {}
+    for w in weights:
+        per_source = metrics(w)
+        margins = [m["C@10"] - best for m, best in zip(per_source, parts)]
+        table[f"{w:g}"] = {"shortfall": max(0.0, -slack - min(margins)),
+                           "objective": sum((m["N@5"] + m["C@10"]) / 2 for m in per_source) / len(per_source),
+                           "margins": margins}
+    best = max(weights, key=lambda w: (-round(table[f"{w:g}"]["shortfall"], 9), round(table[f"{w:g}"]["objective"], 9), w))
+    return best, table
 
 
 def _encode(model: Any, texts: list[str], progress: bool = False) -> np.ndarray:
@@ -161,13 +210,22 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
 
     from toolgym.retrieval import build_index
     from toolgym.retrieval.models import resolve_embedding_model
-    from toolgym.data.training_data import contrastive_triples, random_negatives
+    from toolgym.data.training_data import contrastive_triples, random_negatives, split_tasks
+    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE
 
     set_seed(int(cfg.seed))
     rng = random.Random(int(cfg.seed))
     out_dir = Path(cfg.output_dir)
     log = MetricsLog(out_dir)
     sources = load_sources(cfg)
+    if not 0.0 <= float(cfg.dev_fraction) < 1.0:
+        raise ValueError(f"dev_fraction must be in [0, 1), got {cfg.dev_fraction}")
+    dev = {s.name: [] for s in sources}
+    if float(cfg.dev_fraction) > 0:  # set aside before any negative is drawn: never trained on
+        for s in sources:
+            train, held = split_tasks(s.train, float(cfg.dev_fraction), int(cfg.seed))
+            if train and held:  # a one-group source trains on everything and tunes on nothing
+                s.train, dev[s.name] = train, held[: int(cfg.dev_limit)] if int(cfg.dev_limit) > 0 else held
     clock = Budget(0)  # wall clock of the whole command
 
     with torch.random.fork_rng(devices=[]):
@@ -199,21 +257,44 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
     model_dir = out_dir / "model"
     model.save(str(model_dir))
 
+    # The hybrid's BM25 weight for this encoder, on the set-aside queries (one scoring pass each).
+    tuning: dict[str, Any] = {}
+    w = None
+    if any(dev.values()):
+        rows = []
+        for s in sources:
+            if dev[s.name]:
+                lex, cos = build_index(s.corpus, "hybrid", model=str(model_dir), bm25_weight=0.5).hybrid_score_rows(
+                    [t.context_text() for t in dev[s.name]])
+                rows.append((dev[s.name], s.corpus.ids, lex, cos))
+        w, table = tune_hybrid_bm25_weight(rows, cfg.hybrid_bm25_weights)
+        tuning = {"bm25_weight": w, "tuned_on": {name: len(d) for name, d in dev.items()},
+                  "objective": "least shortfall below max(BM25, dense) C@10 - 1 on any source, then mean over sources of (N@5 + C@10) / 2",
+                  "grid": table}
+        (model_dir / HYBRID_SETTINGS_FILE).write_text(json.dumps(tuning, indent=2) + "\n")
+        log.write({"stage": "tune_hybrid", "step": step, "bm25_weight": w})
+
     ks = [int(k) for k in cfg.eval_ks]
-    by_source = {}
+    by_source, hybrid_by_source = {}, {}
     for s in sources:
         if not s.heldout:
             continue
-        index = build_index(s.corpus, "dense", model=str(model_dir))
-        ranked = index.search_batch([t.context_text() for t in s.heldout], k=max(ks))
-        by_source[s.name] = mean_retrieval_metrics([r.ids for r in ranked], s.heldout, ks)
-        log.write({"stage": "eval", "step": step, "source": s.name, **{f"heldout_{k}": v for k, v in by_source[s.name].items()}})
+        index = build_index(s.corpus, "hybrid", model=str(model_dir))  # the tuned weight, read from the folder
+        lex, cos = index.hybrid_score_rows([t.context_text() for t in s.heldout])
+        ids = s.corpus.ids
+        for table, weight in ((by_source, 0.0), (hybrid_by_source, index.bm25_weight)):
+            ranked = hybrid_rankings(lex, cos, weight, max(ks))
+            table[s.name] = mean_retrieval_metrics([[ids[i] for i in row] for row in ranked], s.heldout, ks)
+        log.write({"stage": "eval", "step": step, "source": s.name, **{f"heldout_{k}": v for k, v in by_source[s.name].items()},
+                   **{f"heldout_hybrid_{k}": v for k, v in hybrid_by_source[s.name].items()}})
     heldout = mean_over_sources(by_source)  # each source's numbers are reported too
     summary = {
         "command": "fit-retriever", "model_dir": str(model_dir), "steps": step, "rounds": round_info,
         "train_tasks": sum(len(s.train) for s in sources), "eval_tasks": sum(len(s.heldout) for s in sources),
         "elapsed_s": clock.elapsed(), "training_s": budget.elapsed(),
         "budget_minutes": float(cfg.budget_minutes), "heldout": heldout, "heldout_by_source": by_source,
+        "dev_tasks": sum(len(d) for d in dev.values()), "hybrid_bm25_weight": w, "hybrid_tuning": tuning,
+        "heldout_hybrid": mean_over_sources(hybrid_by_source), "heldout_hybrid_by_source": hybrid_by_source,
         "config": dataclasses.asdict(cfg),
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -36,7 +36,7 @@ import numpy as np
 
 from toolgym.retrieval.corpus import ToolCorpus
 from toolgym.retrieval.fusion import fuse_rrf, fuse_standardised
-from toolgym.retrieval.models import resolve_embedding_model
+from toolgym.retrieval.models import check_unit_weight, resolve_embedding_model, saved_hybrid_bm25_weight
 from toolgym.retrieval.text import IDENTIFIER_MODES, parameter_text, split_identifiers
 
 METHODS = ("bm25", "dense", "hybrid")
@@ -46,8 +46,10 @@ METHODS = ("bm25", "dense", "hybrid")
 # sat 6-18 points of C@10 below the better retriever once BM25 got its new text (docs/retrieval.md).
 HYBRID_FUSIONS = ("zscore", "rrf")
 DEFAULT_HYBRID_FUSION = "zscore"
-# BM25's weight in the z-score fusion, chosen on the train parts of every bundled dataset
-# (the largest worst-case margin over the better single retriever; benchmarks/fusion.py).
+# BM25's weight in the z-score fusion for the packaged MiniLM, chosen on the train parts of every
+# bundled dataset (the largest worst-case margin over the better single retriever; benchmarks/fusion.py).
+# A fine-tuned encoder folder carries its own weight (toolgym_hybrid.json, tuned by fit-retriever):
+# a stronger dense half needs less BM25, so one number cannot serve every encoder.
 HYBRID_BM25_WEIGHT = 0.44
 RRF_C = 60.0
 # Each list fused by "rrf" is this deep (or k, if larger): RRF needs more than the final k
@@ -313,7 +315,7 @@ class ToolIndex:
         identifiers: str = DEFAULT_IDENTIFIERS,
         parameters: bool = DEFAULT_BM25_PARAMETERS,
         hybrid_fusion: str = DEFAULT_HYBRID_FUSION,
-        bm25_weight: float = HYBRID_BM25_WEIGHT,
+        bm25_weight: float | None = None,
     ):
         if method not in METHODS:
             raise ValueError(f"unknown retrieval method {method!r}; choose one of {METHODS}")
@@ -349,9 +351,12 @@ class ToolIndex:
         self.identifiers, self.parameters = identifiers, bool(parameters)
         if hybrid_fusion not in HYBRID_FUSIONS:
             raise ValueError(f"hybrid_fusion must be one of {HYBRID_FUSIONS}, got {hybrid_fusion!r}")
-        if isinstance(bm25_weight, bool) or not isinstance(bm25_weight, (int, float)) or not 0.0 <= bm25_weight <= 1.0:
-            raise ValueError(f"bm25_weight must be a number in [0, 1], got {bm25_weight!r}")
-        self.hybrid_fusion, self.bm25_weight = hybrid_fusion, float(bm25_weight)
+        # None: the weight saved beside a fine-tuned encoder folder, else the packaged model's.
+        saved = saved_hybrid_bm25_weight(model) if bm25_weight is None and method == "hybrid" else None
+        self.bm25_weight_source = "given" if bm25_weight is not None else "model folder" if saved is not None else "default"
+        if bm25_weight is None:
+            bm25_weight = HYBRID_BM25_WEIGHT if saved is None else saved
+        self.hybrid_fusion, self.bm25_weight = hybrid_fusion, check_unit_weight("bm25_weight", bm25_weight)
         self._bm25 = _BM25(self.bm25_texts(), show_progress, identifiers) if method in ("bm25", "hybrid") else None
         if method in ("dense", "hybrid"):
             self._build_faiss()
@@ -410,6 +415,16 @@ class ToolIndex:
             return [list(zip(r.ids, r.scores)) for r in self.search_batch(list(queries), None, k)]
 
         return retrieve
+
+    def hybrid_score_rows(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(BM25 scores, cosines), each (len(queries) x len(corpus)): the two rows a hybrid index
+        standardises and adds (:func:`~toolgym.retrieval.fusion.fuse_standardised`). Lets a caller
+        weigh many fusion weights against one scoring pass (``toolgym fit-retriever`` tunes its
+        weight this way). Hybrid indexes only."""
+        if self.method != "hybrid":
+            raise ValueError(f"hybrid_score_rows needs a hybrid index, this one is {self.method!r}")
+        queries = [_check_query(q) for q in queries]
+        return self._bm25.scores(queries), self.embed(queries) @ self.tool_embeddings().T
 
     def bm25_texts(self) -> list[str]:
         """What BM25 indexes: ``corpus.text(tool)``, plus `` | <parameter names: descriptions>``
@@ -678,13 +693,15 @@ def build_index(
     identifiers: str = DEFAULT_IDENTIFIERS,
     parameters: bool = DEFAULT_BM25_PARAMETERS,
     hybrid_fusion: str = DEFAULT_HYBRID_FUSION,
-    bm25_weight: float = HYBRID_BM25_WEIGHT,
+    bm25_weight: float | None = None,
 ) -> ToolIndex:
     """Build a :class:`ToolIndex` over ``corpus``.
 
     ``method``: ``"bm25"``, ``"dense"`` or ``"hybrid"`` (the two fused as ``hybrid_fusion``
     says: ``"zscore"``, the default, = ``bm25_weight`` · z(BM25) + (1 − ``bm25_weight``) · z(cosine),
     each score standardised over the candidate tools, see :func:`toolgym.retrieval.fusion.fuse_standardised`;
+    ``bm25_weight=None``: the weight ``toolgym fit-retriever`` saved beside a fine-tuned ``model``
+    folder (``toolgym_hybrid.json``), else ``HYBRID_BM25_WEIGHT`` (0.44, tuned for the packaged MiniLM);
     ``"rrf"`` = the old equal-weight reciprocal-rank fusion, c = 60, each list ``max(k, 100)`` deep). ``model``: the sentence-transformers encoder
     (``None`` = the packaged all-MiniLM-L6-v2; any local path or cached HF id works).
     ``cache_dir``: where corpus embeddings are cached (default ``$TOOLGYM_CACHE`` or

@@ -7,6 +7,7 @@ name is accepted; the aliases below resolve to the packaged copies.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 MINILM_ALIASES = {"minilm", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
@@ -32,3 +33,44 @@ def resolve_embedding_model(name: str | None) -> str:
     if name is None or name in MINILM_ALIASES:
         return str(minilm_path())
     return name
+
+
+# Beside a fine-tuned encoder's weights: the hybrid's BM25 weight tuned for that encoder on training
+# queries it never trained on (written by ``toolgym fit-retriever``, read by ``build_index``).
+HYBRID_SETTINGS_FILE = "toolgym_hybrid.json"
+SETTINGS_MAX_BYTES = 1 << 20
+
+
+def read_model_setting(folder: str | Path, filename: str, key: str) -> object | None:
+    """``key`` of the JSON object in ``folder/filename``, or ``None`` when there is no such file.
+
+    The file is capped at 1 MiB before parsing; anything but an object holding ``key`` is a
+    ``ValueError`` naming the file."""
+    path = Path(folder) / filename
+    if not path.is_file():
+        return None
+    if path.stat().st_size > SETTINGS_MAX_BYTES:
+        raise ValueError(f"{path}: larger than 1 MiB, not a toolgym settings file")
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: nesting deeper than json's stack
+        raise ValueError(f"{path}: not JSON ({type(e).__name__})") from None
+    if not isinstance(settings, dict) or key not in settings:
+        raise ValueError(f"{path}: expected an object with a {key}")
+    return settings[key]
+
+
+def check_unit_weight(name: str, value: object) -> float:
+    """``value`` as a float in [0, 1], or a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def saved_hybrid_bm25_weight(model: str | None) -> float | None:
+    """The hybrid BM25 weight saved beside a fine-tuned encoder folder (``None``: none saved, or
+    ``model`` is not a folder, e.g. the packaged MiniLM)."""
+    if model is None or model in MINILM_ALIASES or not Path(model).is_dir():
+        return None
+    value = read_model_setting(model, HYBRID_SETTINGS_FILE, "bm25_weight")
+    return None if value is None else check_unit_weight(f"{Path(model) / HYBRID_SETTINGS_FILE}: bm25_weight", value)

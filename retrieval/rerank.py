@@ -24,7 +24,7 @@ import numpy as np
 from toolgym.retrieval.corpus import ToolCorpus
 from toolgym.retrieval.fusion import standardise_rows
 from toolgym.retrieval.index import SearchResult, _check_k, _check_query
-from toolgym.retrieval.models import resolve_embedding_model
+from toolgym.retrieval.models import check_unit_weight, read_model_setting, resolve_embedding_model
 
 HEAD_SEED = 0
 SETTINGS_FILE = "toolgym_rerank.json"  # beside a trained CrossEncoder's weights: its tuned first-stage weight
@@ -60,28 +60,13 @@ def reorder(result: SearchResult, reranker_scores: Sequence[float], first_stage_
 
 def check_first_stage_weight(value: object) -> float:
     """A first-stage weight as a float in [0, 1], or a ``ValueError`` naming what was wrong."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"first_stage_weight must be a number in [0, 1], got {value!r}")
-    return float(value)
+    return check_unit_weight("first_stage_weight", value)
 
 
 def read_first_stage_weight(folder: str) -> float:
     """The ``first_stage_weight`` saved beside a trained reranker (0.0 = none saved: the cross-encoder alone)."""
-    import json
-    from pathlib import Path
-
-    path = Path(folder) / SETTINGS_FILE
-    if not path.is_file():
-        return 0.0
-    if path.stat().st_size > 1 << 20:
-        raise ValueError(f"{path}: larger than 1 MiB, not a reranker settings file")
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: nesting deeper than json's stack
-        raise ValueError(f"{path}: not JSON ({type(e).__name__})") from None
-    if not isinstance(settings, dict) or "first_stage_weight" not in settings:
-        raise ValueError(f"{path}: expected an object with a first_stage_weight")
-    return check_first_stage_weight(settings["first_stage_weight"])
+    value = read_model_setting(folder, SETTINGS_FILE, "first_stage_weight")
+    return 0.0 if value is None else check_first_stage_weight(value)
 
 
 class CrossEncoderReranker:
