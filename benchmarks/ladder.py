@@ -6,6 +6,13 @@ same table for one dataset). Trained rungs use ``--retriever-run`` / ``--reranke
 row. Nothing is trained here: the fit commands are the lead's to run when the CPU allows.
 
 Run: ``nice -n 15 python benchmarks/ladder.py [--datasets seal_tools,api_bank] [--limit 300]``.
+
+``--heldout-of CONFIG`` (a ``toolgym fit-retriever`` mixture config) evaluates instead on each of
+its sources' held-out parts, the queries a model trained on that mixture never saw (the ladder's
+own splits would hold the mixture's training queries):
+
+    python benchmarks/ladder.py --heldout-of configs/fit_retriever_mixture.yaml \
+        --retriever-run runs/retriever_mixture/all --reranker-run runs/fit_reranker_mixture --name ladder_mixture
 """
 from __future__ import annotations
 
@@ -18,7 +25,33 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS, ROOT, write_report  # noqa: E402
 
-from toolgym.evaluation.ladder import DEFAULT_LIMIT, ladder_markdown, ladder_names, load_ladder_data, run_ladder  # noqa: E402
+from toolgym.evaluation.ladder import (  # noqa: E402
+    DEFAULT_LIMIT,
+    LadderData,
+    ladder_markdown,
+    ladder_names,
+    load_ladder_data,
+    run_ladder,
+)
+
+
+def mixture_heldout_data(config: str | Path, limit: int | None, seed: int = 0) -> list[LadderData]:
+    """One ladder dataset per source of a fit-retriever mixture config: its held-out part (a seeded
+    sample of ``limit`` when larger), which no source of that mixture trains on (``load_sources``
+    checks it)."""
+    import random
+
+    from toolgym.fitting.common import load_sources
+    from toolgym.fitting.retriever import FitRetrieverConfig
+    from toolgym.trainers.config import load_config
+
+    out = []
+    for s in load_sources(load_config(FitRetrieverConfig, config)):
+        tasks = list(s.heldout)
+        if limit is not None and 0 < limit < len(tasks):
+            tasks = [tasks[i] for i in sorted(random.Random(seed).sample(range(len(tasks)), limit))]
+        out.append(LadderData(s.name, s.corpus, tasks, len(s.heldout), f"held-out part of `{config}` (never trained on)"))
+    return out
 
 
 def dataset_markdown(name: str, res: dict) -> str:
@@ -35,6 +68,8 @@ def main() -> None:
     parser.add_argument("--reranker-run", default=str(ROOT / "runs" / "fit_reranker"))
     parser.add_argument("--decomposer", default=None, help="trained decomposition policy (optional)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--heldout-of", default=None,
+                        help="a fit-retriever mixture config: evaluate on its sources' held-out parts instead")
     parser.add_argument("--name", default="ladder", help="results/<name>.json and its docs/benchmarks.md section")
     args = parser.parse_args()
     start = time.perf_counter()
@@ -45,13 +80,17 @@ def main() -> None:
     retriever = str(Path(args.retriever_run) / "model") if (Path(args.retriever_run) / "model").is_dir() else None
     reranker = args.reranker_run if (Path(args.reranker_run) / "summary.json").is_file() else None
     results, skipped = {}, {}
-    for name in [n.strip() for n in args.datasets.split(",") if n.strip()]:
+    names = [n.strip() for n in args.datasets.split(",") if n.strip()]
+    mixture = {d.name: d for d in mixture_heldout_data(args.heldout_of, args.limit, args.seed)} if args.heldout_of else {}
+    for name in list(mixture) if mixture and args.datasets == ",".join(ladder_names()) else names:
         try:
-            data = load_ladder_data(name, args.limit, args.seed)
+            data = mixture[name] if mixture else load_ladder_data(name, args.limit, args.seed)
         except FileNotFoundError as exc:  # UltraTool reads the shared data, which a fresh clone lacks
             skipped[name] = str(exc)
             log(f"skip {name}: {exc}")
             continue
+        except KeyError:
+            raise SystemExit(f"{name!r} is not a source of {args.heldout_of}; choose from {', '.join(mixture)}") from None
         t0 = time.perf_counter()
         results[name] = run_ladder(data, retriever_model=retriever, reranker_model=reranker,
                                    decomposer=args.decomposer, log=log)
@@ -63,8 +102,11 @@ def main() -> None:
           "the retriever it was trained on); dynamic top-K cuts the clause rung's list (top 20). BM25 uses the default "
           "text (split identifiers + parameters). "
           f"Trained models: retriever `{retriever or 'none'}`, reranker `{reranker or 'none'}`, "
-          f"decomposer `{args.decomposer or 'none'}`. Training never sees an evaluated query (Seal-Tools: `heldout`, "
-          "checked disjoint from `train`; every other set is zero-shot).\n"]
+          f"decomposer `{args.decomposer or 'none'}`. "
+          + (f"Queries: each source's held-out part of `{args.heldout_of}`, which no source of the mixture trains on "
+             "(checked disjoint).\n" if args.heldout_of else
+             "Training never sees an evaluated query (Seal-Tools: `heldout`, "
+             "checked disjoint from `train`; every other set is zero-shot).\n")]
     for name, res in results.items():
         md += [dataset_markdown(name, res), ""]
     for name, why in skipped.items():
@@ -73,7 +115,7 @@ def main() -> None:
     per_query = {f"{name}/{label}": rows for name, res in results.items() for label, rows in res.pop("per_query").items()}
     (RESULTS / f"{args.name}_queries.json").write_text(
         "{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in per_query.items()) + "\n}\n")
-    payload = {"limit": args.limit, "results": results, "skipped": skipped, "wall_s": time.perf_counter() - start,
+    payload = {"limit": args.limit, "heldout_of": args.heldout_of, "results": results, "skipped": skipped, "wall_s": time.perf_counter() - start,
                "per_query_file": f"benchmarks/results/{args.name}_queries.json"}
     title = "Retrieval ladder" if args.name == "ladder" else f"Retrieval ladder (`--name {args.name}`: {', '.join(results)})"
     write_report(args.name, payload, title, "\n".join(md),

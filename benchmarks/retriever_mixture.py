@@ -114,7 +114,19 @@ def mean(rows: list[dict[str, Any]], key: str) -> float:
     return sum(r[key] for r in rows) / max(len(rows), 1)
 
 
-def report(results: list[dict[str, Any]]) -> str:
+def section_name(results_dir: str | Path) -> str:
+    """The docs/benchmarks.md section (and results/<name>.json) of a results folder: another folder
+    (runs made another way, e.g. before fit-retriever tuned the hybrid weight) gets its own."""
+    folder = Path(results_dir).resolve()
+    return "retriever_mixture" if folder == OUT.resolve() else f"retriever_mixture_{folder.name.removeprefix('retriever_mixture_')}"
+
+
+def _shown(path: str | Path) -> str:
+    folder = Path(path).resolve()
+    return str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(path)
+
+
+def report(results: list[dict[str, Any]], results_dir: str | Path = OUT) -> str:
     """The matrix from the run files alone: one row per (run, method), one column per evaluated source."""
     if not results:
         return "No run yet."
@@ -129,11 +141,14 @@ def report(results: list[dict[str, Any]]) -> str:
                 cell = f"{mean(rows, 'C@10'):.1f} / {mean(rows, 'N@5'):.1f}"
                 cells.append(f"**{cell}**" if zero_shot else cell)
             steps = res.get("train_summary", {}).get("steps")  # runs differ: the budget is wall time
-            table.append([res["run"] + (f" ({steps} steps)" if steps is not None else ""), method, *cells])
+            w = res.get("train_summary", {}).get("hybrid_bm25_weight")  # tuned for this encoder on set-aside queries
+            label = method + (f" (w = {w:g})" if method == "hybrid" and w is not None else "")
+            table.append([res["run"] + (f" ({steps} steps)" if steps is not None else ""), label, *cells])
     s0 = results[0]["settings"]
     budgets = sorted({r["settings"]["budget_minutes"] for r in results if r["run"] not in REFERENCES})
-    legend = (f"C@10 / N@5 on each source's held-out part (per-query rows in `benchmarks/results/retriever_mixture/`); "
-              f"bold: a source the row's model never trained on (zero-shot). Training budget "
+    legend = (f"C@10 / N@5 on each source's held-out part (per-query rows in `{_shown(results_dir)}/`); "
+              f"bold: a source the row's model never trained on (zero-shot); hybrid (w = x): the BM25 weight `fit-retriever` "
+              f"tuned for that encoder on set-aside training queries (no w: the packaged model's 0.44). Training budget "
               f"{' / '.join(f'{b:g}' for b in budgets) or 'none'} min per run, config `{s0['config']}`"
               + (f", {s0['limit']} tasks per source" if s0.get("limit") else "") + ".")
     return legend + "\n\n" + markdown_table(["trained on", "index", *sources], table)
@@ -155,12 +170,14 @@ def main(argv: list[str] | None = None) -> int:
         results = [json.loads(p.read_text()) for p in sorted(Path(args.results).glob("*.json"))]
         order = {name: i for i, name in enumerate(REFERENCES + ("all",))}
         results.sort(key=lambda r: (order.get(r["run"], len(order)), r["run"]))
-        body = report(results)
+        body = report(results, args.results)
         if args.no_report:
             print(body)
             return 0
-        write_report("retriever_mixture", {"runs": [r["run"] for r in results]},
-                     "Retriever mixture: leave-one-dataset-out", body)
+        name = section_name(args.results)
+        write_report(name, {"runs": [r["run"] for r in results], "results_dir": _shown(args.results)},
+                     "Retriever mixture: leave-one-dataset-out" + ("" if name == "retriever_mixture" else f" (`{_shown(args.results)}`)"),
+                     body, script="retriever_mixture.py --report" + ("" if name == "retriever_mixture" else f" --results {_shown(args.results)}"))
         print(body)
         return 0
     _, sources = load_mixture(Path(args.config), args.limit)

@@ -137,3 +137,32 @@ def test_trained_decomposer_rung_runs_the_policy_on_the_ladder_tasks():
     data = load_ladder_data("metatool_multi", limit=3)
     out = decomposer_rung(data, "tiny-llama", log=lambda m: None)
     assert 0 <= out["N@5"] <= 100 and 0 <= out["C@10"] <= 100
+
+
+def test_mixture_heldout_ladder_is_each_sources_heldout_part_never_trained_on(tmp_path):
+    """benchmarks/ladder.py --heldout-of: one dataset per mixture source, its held-out part (a seeded
+    sample when capped), disjoint from every source's training queries."""
+    import importlib.util
+    from pathlib import Path
+
+    from toolgym.fitting.common import load_sources
+    from toolgym.fitting.retriever import FitRetrieverConfig
+    from toolgym.trainers.config import load_config
+
+    spec = importlib.util.spec_from_file_location("ladder_bench", Path(__file__).resolve().parents[1] / "benchmarks" / "ladder.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cfg = tmp_path / "mix.yaml"
+    cfg.write_text("sources:\n  - {dataset: seal_tools, train_split: train, eval_split: heldout}\n"
+                   "  - {dataset: api_bank, heldout_fraction: 0.2}\n")
+    full = bench.mixture_heldout_data(cfg, None)
+    capped = bench.mixture_heldout_data(cfg, 30)
+    sources = load_sources(load_config(FitRetrieverConfig, cfg))
+    assert [d.name for d in full] == [s.name for s in sources] == ["seal_tools", "api_bank"]
+    for d, s in zip(full, sources):
+        assert [t.id for t in d.tasks] == [t.id for t in s.heldout] and d.total == len(s.heldout)
+    train_texts = {t.context_text() for s in sources for t in s.train}
+    assert all(t.context_text() not in train_texts for d in capped for t in d.tasks)
+    assert [len(d.tasks) for d in capped] == [30, 30] and capped[0].total == 100
+    order = {t.id: i for i, t in enumerate(full[1].tasks)}
+    assert [order[t.id] for t in capped[1].tasks] == sorted(order[t.id] for t in capped[1].tasks)

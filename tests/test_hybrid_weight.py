@@ -1,0 +1,114 @@
+"""The hybrid's BM25 weight per encoder: tuned by fit-retriever on set-aside training queries
+(hand-computed cases), saved beside the weights and read by ``build_index``; hostile settings files
+are refused with the file named."""
+import json
+
+import numpy as np
+import pytest
+
+from toolgym.data.records import Task
+from toolgym.fitting.retriever import hybrid_rankings, tune_hybrid_bm25_weight
+from toolgym.retrieval import build_index
+from toolgym.retrieval.corpus import Tool, ToolCorpus
+from toolgym.retrieval.index import HYBRID_BM25_WEIGHT
+from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, saved_hybrid_bm25_weight
+
+IDS = [f"t{i}" for i in range(12)]
+
+
+def _source(gold_found_by: str):
+    """One task over 12 tools whose gold is the last tool: one retriever scores it 10 (the rest 0),
+    the other scores it -1 (the rest 0). z-scores: gold +3.317 / others -0.302 in the first row,
+    gold -3.317 / others +0.302 in the second, so the fused gold beats the rest iff the finding
+    retriever's weight is above 1/2; at exactly 1/2 every tool ties at 0 and the gold, last by
+    position, ranks 12th."""
+    strong, weak = np.zeros((1, 12)), np.zeros((1, 12))
+    strong[0, 11], weak[0, 11] = 10.0, -1.0
+    lex, cos = (strong, weak) if gold_found_by == "bm25" else (weak, strong)
+    return [Task(id=f"q-{gold_found_by}", query="q", gold=frozenset({"t11"}))], IDS, lex, cos
+
+
+def test_hybrid_rankings_on_the_hand_case():
+    _, _, lex, cos = _source("bm25")
+    assert hybrid_rankings(lex, cos, 0.75, 3)[0].tolist() == [11, 0, 1]
+    assert hybrid_rankings(lex, cos, 0.25, 12)[0, -1] == 11
+    assert hybrid_rankings(lex, cos, 0.5, 12)[0].tolist() == list(range(12))  # all tie: corpus order
+
+
+def test_one_source_picks_a_weight_that_keeps_its_gold():
+    w, table = tune_hybrid_bm25_weight([_source("bm25")], [0.25, 0.75])
+    assert w == 0.75
+    assert table["0.25"]["margins"] == [-100.0] and table["0.25"]["shortfall"] == pytest.approx(99.0)
+    assert table["0.75"]["margins"] == [0.0] and table["0.75"]["shortfall"] == 0.0
+    assert table["0.75"]["objective"] == pytest.approx(100.0) and table["0.25"]["objective"] == 0.0
+
+
+def test_opposed_sources_tie_and_go_to_the_larger_weight():
+    # No weight keeps both golds: w > 1/2 loses source "dense" by 100 points, w < 1/2 source "bm25";
+    # at 1/2 both are lost (objective 0). Equal shortfall (99) and objective (50) elsewhere: larger w.
+    w, table = tune_hybrid_bm25_weight([_source("bm25"), _source("dense")], [0.0, 0.25, 0.5, 1.0])
+    assert w == 1.0
+    assert [table[k]["objective"] for k in ("0", "0.25", "0.5", "1")] == pytest.approx([50.0, 50.0, 0.0, 50.0])
+    assert all(table[k]["shortfall"] == pytest.approx(99.0) for k in table)
+    assert table["0.5"]["margins"] == [-100.0, -100.0]
+
+
+def test_slack_counts_small_losses_as_none():
+    # With slack 100 no weight falls short, so the objective alone decides (here: the same choice).
+    w, table = tune_hybrid_bm25_weight([_source("bm25")], [0.25, 0.75], slack=100.0)
+    assert w == 0.75 and table["0.25"]["shortfall"] == 0.0
+
+
+@pytest.mark.parametrize("grid", [[], [1.5], [True]])
+def test_bad_grids_are_refused(grid):
+    with pytest.raises(ValueError):
+        tune_hybrid_bm25_weight([_source("bm25")], grid)
+
+
+@pytest.fixture(scope="module")
+def small_corpus():
+    names = ["get weather forecast", "convert currency", "book a flight", "translate text", "send email",
+             "search flights by price", "weather alerts for a city", "exchange rates today"]
+    return ToolCorpus([Tool(id=f"t{i}", name=n.replace(" ", "_"), description=f"Tool to {n}.", category="c")
+                       for i, n in enumerate(names)], name="hybrid-weight")
+
+
+def test_the_index_reads_the_weight_saved_beside_a_model_folder(small_corpus, tmp_path):
+    from toolgym.retrieval.models import minilm_path
+
+    real = tmp_path / "real"  # a "fine-tuned" folder: MiniLM's files, linked
+    real.mkdir()
+    for f in minilm_path().iterdir():
+        (real / f.name).symlink_to(f, target_is_directory=f.is_dir())
+    (real / HYBRID_SETTINGS_FILE).write_text(json.dumps({"bm25_weight": 0.2}))
+    index = build_index(small_corpus, "hybrid", model=str(real), cache_dir=tmp_path / "cache")
+    assert (index.bm25_weight, index.bm25_weight_source) == (0.2, "model folder")
+    given = build_index(small_corpus, "hybrid", model=str(real), cache_dir=tmp_path / "cache", bm25_weight=0.9)
+    assert (given.bm25_weight, given.bm25_weight_source) == (0.9, "given")
+    packaged = build_index(small_corpus, "hybrid", cache_dir=tmp_path / "cache")
+    assert (packaged.bm25_weight, packaged.bm25_weight_source) == (HYBRID_BM25_WEIGHT, "default")
+    # The index's hybrid order is hybrid_rankings over its own score rows.
+    queries = ["weather in paris", "flight prices", "euro to dollar"]
+    lex, cos = index.hybrid_score_rows(queries)
+    ranked = hybrid_rankings(lex, cos, 0.2, 5)
+    assert [list(r.ids) for r in index.search_batch(queries, k=5)] == [[small_corpus.ids[i] for i in row] for row in ranked]
+    with pytest.raises(ValueError, match="hybrid index"):
+        build_index(small_corpus, "bm25").hybrid_score_rows(queries)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("{", "not JSON"), ("[0.3]", "expected an object"), ('{"x": 1}', "expected an object"),
+    ('{"bm25_weight": 7}', r"\[0, 1\]"), ('{"bm25_weight": "0.3"}', r"\[0, 1\]"), ('{"bm25_weight": true}', r"\[0, 1\]"),
+    ("[" * 100_000, "not JSON"), ('{"bm25_weight": 0.3, "pad": "' + "x" * (1 << 20) + '"}', "larger than 1 MiB"),
+])
+def test_hostile_settings_files_are_refused_with_the_file_named(tmp_path, text, match):
+    (tmp_path / HYBRID_SETTINGS_FILE).write_text(text)
+    with pytest.raises(ValueError, match=match) as err:
+        saved_hybrid_bm25_weight(str(tmp_path))
+    assert HYBRID_SETTINGS_FILE in str(err.value)
+
+
+def test_no_file_or_no_folder_means_no_saved_weight(tmp_path):
+    assert saved_hybrid_bm25_weight(str(tmp_path)) is None
+    assert saved_hybrid_bm25_weight("minilm") is None and saved_hybrid_bm25_weight(None) is None
+    assert saved_hybrid_bm25_weight("some/hub-id") is None
