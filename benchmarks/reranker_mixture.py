@@ -14,6 +14,7 @@ from it alone. Not run in CI (about 35 min on 2 cores).
 
     python benchmarks/reranker_mixture.py            # train (budget from the config), write the table
     python benchmarks/reranker_mixture.py --report   # the table from the result file
+    python benchmarks/reranker_mixture.py --from-run # the result file from a finished run folder (no training)
 """
 from __future__ import annotations
 
@@ -92,14 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="configs/fit_reranker_mixture.yaml")
     ap.add_argument("--out", default="runs/fit_reranker_mixture", help="the training run folder")
     ap.add_argument("--report", action="store_true", help="only rebuild the table from the result file")
+    ap.add_argument("--from-run", action="store_true", help="read a finished --out run folder instead of training")
     ap.add_argument("--no-report", action="store_true", help="print the table; leave docs/benchmarks.md alone")
     args = ap.parse_args(argv)
     path = RESULTS / f"{NAME}.json"
     if not args.report:
-        cmd = [sys.executable, "-m", "toolgym.cli.main", "fit-reranker", args.config, f"output_dir={args.out}"]
-        print("$", " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True, cwd=ROOT)
         run = ROOT / args.out
+        if not args.from_run:
+            cmd = [sys.executable, "-m", "toolgym.cli.main", "fit-reranker", args.config, f"output_dir={args.out}"]
+            print("$", " ".join(cmd), flush=True)
+            subprocess.run(cmd, check=True, cwd=ROOT)
         summary = json.loads((run / "summary.json").read_text())
         result = {"config": args.config, "summary": summary,
                   "first_stage_sha256": weights_fingerprint(ROOT / summary["retriever_model"]) if summary["retriever_model"] else None,

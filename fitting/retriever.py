@@ -100,33 +100,88 @@ def tune_hybrid_bm25_weight(dev: Sequence[tuple[Sequence[Any], Sequence[str], np
                             grid: Sequence[float], slack: float = 1.0) -> tuple[float, dict[str, Any]]:
     """The hybrid's BM25 weight w for one encoder, from set-aside training queries.
 
-    ``dev``: per source (tasks, corpus ids, BM25 score rows, cosine rows). For each w of ``grid``
-    and each source, margin(w) = C@10(hybrid w) − max(C@10(BM25 alone), C@10(dense alone)) (the
-    parts are w = 1 and w = 0). The chosen w has the least shortfall max(0, −slack − min over
-    sources of margin(w)) — a hybrid within ``slack`` points of its better part on every source
-    is as good as any other — then the largest mean over sources of (N@5 + C@10) / 2, then the
-    larger w. Returns w and, per grid point, the shortfall, the mean objective and the margins.
+    ``dev``: per source (tasks, corpus ids, BM25 score rows, cosine rows). The parts are BM25 alone
+    (w = 1) and dense alone (w = 0); a source's better part is the one with the higher mean C@10.
+    For each w of ``grid`` and each source, margin(w) = mean over its queries of C@10(hybrid w) −
+    C@10(better part), with se(w) the standard error of those paired per-query differences. The
+    hybrid is *clearly* below its better part where margin < −max(``slack``, 2 se): on a few dozen
+    queries one query is several points, which is noise, not a loss. The chosen w has the least
+    shortfall, max over sources of max(0, −max(slack, 2 se) − margin), then the largest mean over
+    sources of (N@5 + C@10) / 2, then the larger w. Returns w and, per grid point, the shortfall,
+    the mean objective, the margins and their standard errors.
     """
+    from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
     from toolgym.retrieval.models import check_unit_weight
 
     weights = sorted({check_unit_weight("hybrid_bm25_weights entry", w) for w in grid})
     if not weights or not dev:
         raise ValueError("tuning the hybrid weight needs a non-empty grid and at least one source with set-aside queries")
 
-    def metrics(w: float) -> list[dict[str, float]]:
-        return [mean_retrieval_metrics([[ids[i] for i in row] for row in hybrid_rankings(lex, cos, w, 10)], tasks, [5, 10])
-                for tasks, ids, lex, cos in dev]
+    def per_query(w: float) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per source: each query's C@10 and N@5 in % at weight w."""
+        out = []
+        for tasks, ids, lex, cos in dev:
+            ranked = [[ids[i] for i in row] for row in hybrid_rankings(lex, cos, w, 10)]
+            out.append((np.array([100.0 * completeness_at_k(r, t.gold, 10) for r, t in zip(ranked, tasks)]),
+                        np.array([100.0 * ndcg_at_k(r, t.gold, 5) for r, t in zip(ranked, tasks)])))
+        return out
 
-    parts = [max(a["C@10"], b["C@10"]) for a, b in zip(metrics(1.0), metrics(0.0))]
+    parts = [max(a, b, key=lambda c: c.mean()) for (a, _), (b, _) in zip(per_query(1.0), per_query(0.0))]
     table: dict[str, Any] = {}
     for w in weights:
-        per_source = metrics(w)
-        margins = [m["C@10"] - best for m, best in zip(per_source, parts)]
-        table[f"{w:g}"] = {"shortfall": max(0.0, -slack - min(margins)),
-                           "objective": sum((m["N@5"] + m["C@10"]) / 2 for m in per_source) / len(per_source),
-                           "margins": margins}
+        rows = per_query(w)
+        diffs = [c10 - best for (c10, _), best in zip(rows, parts)]
+        margins = [float(d.mean()) for d in diffs]
+        ses = [float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0 for d in diffs]
+        table[f"{w:g}"] = {"shortfall": max(max(0.0, -max(slack, 2 * se) - m) for m, se in zip(margins, ses)),
+                           "objective": float(np.mean([(c10.mean() + n5.mean()) / 2 for c10, n5 in rows])),
+                           "margins": margins, "margin_se": ses}
     best = max(weights, key=lambda w: (-round(table[f"{w:g}"]["shortfall"], 9), round(table[f"{w:g}"]["objective"], 9), w))
     return best, table
+
+
+HYBRID_OBJECTIVE = ("least shortfall below the better of BM25 and dense (C@10, beyond max(1, 2 paired se)) on any "
+                    "source, then the largest mean over sources of (N@5 + C@10) / 2")
+
+
+def set_aside_dev(sources: Sequence[Any], cfg: Any) -> dict[str, list]:
+    """Take ``dev_fraction`` of each source's training queries (at most ``dev_limit``) out of
+    ``source.train``, in place, before any negative is drawn: they tune the hybrid weight and are
+    never trained on. A one-group source trains on everything and tunes on nothing."""
+    from toolgym.data.training_data import split_tasks
+
+    if not 0.0 <= float(cfg.dev_fraction) < 1.0:
+        raise ValueError(f"dev_fraction must be in [0, 1), got {cfg.dev_fraction}")
+    dev: dict[str, list] = {s.name: [] for s in sources}
+    if float(cfg.dev_fraction) > 0:
+        for s in sources:
+            train, held = split_tasks(s.train, float(cfg.dev_fraction), int(cfg.seed))
+            if train and held:
+                s.train, dev[s.name] = train, held[: int(cfg.dev_limit)] if int(cfg.dev_limit) > 0 else held
+    return dev
+
+
+def tune_and_save_hybrid_weight(model_dir: str | Path, sources: Sequence[Any], dev: dict[str, list],
+                                grid: Sequence[float]) -> dict[str, Any]:
+    """Tune the BM25 weight of ``model_dir``'s hybrid on the set-aside queries (one scoring pass per
+    source) and write it beside the weights (``toolgym_hybrid.json``); returns what was written
+    (empty, and nothing written, when no source set queries aside)."""
+    from toolgym.retrieval import build_index
+    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE
+
+    rows = []
+    for s in sources:
+        if dev.get(s.name):
+            lex, cos = build_index(s.corpus, "hybrid", model=str(model_dir), bm25_weight=0.5).hybrid_score_rows(
+                [t.context_text() for t in dev[s.name]])
+            rows.append((dev[s.name], s.corpus.ids, lex, cos))
+    if not rows:
+        return {}
+    w, table = tune_hybrid_bm25_weight(rows, grid)
+    tuning = {"bm25_weight": w, "tuned_on": {name: len(d) for name, d in dev.items()}, "objective": HYBRID_OBJECTIVE,
+              "grid": table}
+    (Path(model_dir) / HYBRID_SETTINGS_FILE).write_text(json.dumps(tuning, indent=2) + "\n")
+    return tuning
 
 
 def _encode(model: Any, texts: list[str], progress: bool = False) -> np.ndarray:
@@ -210,22 +265,14 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
 
     from toolgym.retrieval import build_index
     from toolgym.retrieval.models import resolve_embedding_model
-    from toolgym.data.training_data import contrastive_triples, random_negatives, split_tasks
-    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE
+    from toolgym.data.training_data import contrastive_triples, random_negatives
 
     set_seed(int(cfg.seed))
     rng = random.Random(int(cfg.seed))
     out_dir = Path(cfg.output_dir)
     log = MetricsLog(out_dir)
     sources = load_sources(cfg)
-    if not 0.0 <= float(cfg.dev_fraction) < 1.0:
-        raise ValueError(f"dev_fraction must be in [0, 1), got {cfg.dev_fraction}")
-    dev = {s.name: [] for s in sources}
-    if float(cfg.dev_fraction) > 0:  # set aside before any negative is drawn: never trained on
-        for s in sources:
-            train, held = split_tasks(s.train, float(cfg.dev_fraction), int(cfg.seed))
-            if train and held:  # a one-group source trains on everything and tunes on nothing
-                s.train, dev[s.name] = train, held[: int(cfg.dev_limit)] if int(cfg.dev_limit) > 0 else held
+    dev = set_aside_dev(sources, cfg)  # before any negative is drawn: never trained on
     clock = Budget(0)  # wall clock of the whole command
 
     with torch.random.fork_rng(devices=[]):
@@ -257,36 +304,16 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
     model_dir = out_dir / "model"
     model.save(str(model_dir))
 
-    # The hybrid's BM25 weight for this encoder, on the set-aside queries (one scoring pass each).
-    tuning: dict[str, Any] = {}
-    w = None
-    if any(dev.values()):
-        rows = []
-        for s in sources:
-            if dev[s.name]:
-                lex, cos = build_index(s.corpus, "hybrid", model=str(model_dir), bm25_weight=0.5).hybrid_score_rows(
-                    [t.context_text() for t in dev[s.name]])
-                rows.append((dev[s.name], s.corpus.ids, lex, cos))
-        w, table = tune_hybrid_bm25_weight(rows, cfg.hybrid_bm25_weights)
-        tuning = {"bm25_weight": w, "tuned_on": {name: len(d) for name, d in dev.items()},
-                  "objective": "least shortfall below max(BM25, dense) C@10 - 1 on any source, then mean over sources of (N@5 + C@10) / 2",
-                  "grid": table}
-        (model_dir / HYBRID_SETTINGS_FILE).write_text(json.dumps(tuning, indent=2) + "\n")
+    # The hybrid's BM25 weight for this encoder, on the set-aside queries.
+    tuning = tune_and_save_hybrid_weight(model_dir, sources, dev, cfg.hybrid_bm25_weights)
+    w = tuning.get("bm25_weight")
+    if tuning:
         log.write({"stage": "tune_hybrid", "step": step, "bm25_weight": w})
 
-    ks = [int(k) for k in cfg.eval_ks]
-    by_source, hybrid_by_source = {}, {}
-    for s in sources:
-        if not s.heldout:
-            continue
-        index = build_index(s.corpus, "hybrid", model=str(model_dir))  # the tuned weight, read from the folder
-        lex, cos = index.hybrid_score_rows([t.context_text() for t in s.heldout])
-        ids = s.corpus.ids
-        for table, weight in ((by_source, 0.0), (hybrid_by_source, index.bm25_weight)):
-            ranked = hybrid_rankings(lex, cos, weight, max(ks))
-            table[s.name] = mean_retrieval_metrics([[ids[i] for i in row] for row in ranked], s.heldout, ks)
-        log.write({"stage": "eval", "step": step, "source": s.name, **{f"heldout_{k}": v for k, v in by_source[s.name].items()},
-                   **{f"heldout_hybrid_{k}": v for k, v in hybrid_by_source[s.name].items()}})
+    by_source, hybrid_by_source = evaluate_heldout(model_dir, sources, [int(k) for k in cfg.eval_ks])
+    for name in by_source:
+        log.write({"stage": "eval", "step": step, "source": name, **{f"heldout_{k}": v for k, v in by_source[name].items()},
+                   **{f"heldout_hybrid_{k}": v for k, v in hybrid_by_source[name].items()}})
     heldout = mean_over_sources(by_source)  # each source's numbers are reported too
     summary = {
         "command": "fit-retriever", "model_dir": str(model_dir), "steps": step, "rounds": round_info,
@@ -299,4 +326,39 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_fit_curves(log.path, out_dir / "curves.png", ["loss", "lr"], "fit-retriever (eq. 13, InfoNCE)")
+    return summary
+
+
+def evaluate_heldout(model_dir: str | Path, sources: Sequence[Any], ks: Sequence[int]) -> tuple[dict, dict]:
+    """(dense, hybrid) mean N@k / C@k per source on its held-out part: one scoring pass, the hybrid at
+    the weight saved in ``model_dir`` (else the default)."""
+    from toolgym.retrieval import build_index
+
+    dense, hybrid = {}, {}
+    for s in sources:
+        if not s.heldout:
+            continue
+        index = build_index(s.corpus, "hybrid", model=str(model_dir))
+        lex, cos = index.hybrid_score_rows([t.context_text() for t in s.heldout])
+        ids = s.corpus.ids
+        for table, weight in ((dense, 0.0), (hybrid, index.bm25_weight)):
+            ranked = hybrid_rankings(lex, cos, weight, max(ks))
+            table[s.name] = mean_retrieval_metrics([[ids[i] for i in row] for row in ranked], s.heldout, ks)
+    return dense, hybrid
+
+
+def retune_hybrid_weight(cfg: Any) -> dict[str, Any]:
+    """Tune the hybrid weight of a finished ``fit-retriever`` run again (``cfg.output_dir``, with the
+    same data keys: the same set-aside queries) without training: e.g. after changing the grid or
+    the tuning rule. Rewrites ``toolgym_hybrid.json`` and the hybrid fields of ``summary.json``."""
+    out_dir = Path(cfg.output_dir)
+    summary = json.loads((out_dir / "summary.json").read_text())
+    model_dir = Path(summary["model_dir"])
+    sources = load_sources(cfg)
+    dev = set_aside_dev(sources, cfg)
+    tuning = tune_and_save_hybrid_weight(model_dir, sources, dev, cfg.hybrid_bm25_weights)
+    _, hybrid = evaluate_heldout(model_dir, sources, [int(k) for k in cfg.eval_ks])
+    summary.update(hybrid_bm25_weight=tuning.get("bm25_weight"), hybrid_tuning=tuning,
+                   heldout_hybrid=mean_over_sources(hybrid), heldout_hybrid_by_source=hybrid)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

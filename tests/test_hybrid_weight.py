@@ -112,3 +112,19 @@ def test_no_file_or_no_folder_means_no_saved_weight(tmp_path):
     assert saved_hybrid_bm25_weight(str(tmp_path)) is None
     assert saved_hybrid_bm25_weight("minilm") is None and saved_hybrid_bm25_weight(None) is None
     assert saved_hybrid_bm25_weight("some/hub-id") is None
+
+
+def test_a_loss_within_two_paired_standard_errors_is_no_shortfall():
+    # Source X, 30 queries: both retrievers find the gold of 29; the 30th only BM25 finds. Below
+    # w = 1/2 the hybrid loses that query: margin -3.33, paired se 3.33, so within 2 se (no
+    # shortfall; the plain 1-point slack alone would call it 2.33 short). Source Y needs w < 1/2.
+    both = np.zeros((29, 12))
+    both[:, 11] = 10.0
+    _, _, lex1, cos1 = _source("bm25")
+    tasks = [Task(id=f"x{i}", query=f"x{i}", gold=frozenset({"t11"})) for i in range(30)]
+    x = (tasks, IDS, np.vstack([both, lex1]), np.vstack([both, cos1]))
+    w, table = tune_hybrid_bm25_weight([x, _source("dense")], [0.25, 0.75])
+    assert w == 0.25
+    assert table["0.25"]["margins"][0] == pytest.approx(-100 / 30)
+    assert table["0.25"]["margin_se"][0] == pytest.approx(100 / 30)
+    assert table["0.25"]["shortfall"] == 0.0 and table["0.75"]["shortfall"] == pytest.approx(99.0)
