@@ -91,12 +91,21 @@ def run_one(name: str, args: argparse.Namespace, sources: list[Any], settings: d
         cfg_path.parent.mkdir(parents=True, exist_ok=True)
         cfg, _ = load_mixture(Path(args.config), args.limit, load=False)
         cfg.sources = [src for src in cfg.sources if src.dataset != left_out]  # without the left-out source
-        cfg_path.write_text(config_yaml(cfg))
-        overrides = [f"output_dir={run_dir}", f"budget_minutes={args.budget_minutes}", "progress=false"]
-        cmd = [sys.executable, "-m", "toolgym.cli.main", "fit-retriever", str(cfg_path), *overrides]
-        print("$", " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True, cwd=ROOT)
-        summary = json.loads((run_dir / "summary.json").read_text())
+        text = config_yaml(cfg)
+        summary_path = run_dir / "summary.json"
+        # A training run that finished (same config and budget) but whose evaluation did not is
+        # evaluated, not trained again.
+        finished = (summary_path.exists() and cfg_path.exists() and cfg_path.read_text() == text
+                    and json.loads(summary_path.read_text()).get("budget_minutes") == float(args.budget_minutes))
+        if finished:
+            print(f"{run_dir}: training finished earlier, evaluating it", flush=True)
+        else:
+            cfg_path.write_text(text)
+            overrides = [f"output_dir={run_dir}", f"budget_minutes={args.budget_minutes}", "progress=false"]
+            cmd = [sys.executable, "-m", "toolgym.cli.main", "fit-retriever", str(cfg_path), *overrides]
+            print("$", " ".join(cmd), flush=True)
+            subprocess.run(cmd, check=True, cwd=ROOT)
+        summary = json.loads(summary_path.read_text())
         model_dir = Path(summary["model_dir"])
         rows = evaluate_model(str(model_dir), sources, ("dense", "hybrid"))
         result = {"run": name, "settings": settings, "trained_on": [sources[i].name for i in keep],
@@ -126,6 +135,30 @@ def _shown(path: str | Path) -> str:
     return str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(path)
 
 
+def fusion_margins(results: list[dict[str, Any]]) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per trained run and source: mean and standard error of the per-query C@10 difference between
+    the run's hybrid and the better (by mean) of BM25 (the ``bm25`` reference row) and the run's
+    dense index: how far the hybrid sits above or below its better part."""
+    import math
+
+    bm25 = next((r for r in results if r["run"] == "bm25"), None)
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    if bm25 is None:
+        return out
+    for res in results:
+        if res["run"] in REFERENCES or "hybrid" not in next(iter(res["rows"].values())):
+            continue
+        out[res["run"]] = {}
+        for src, methods in res["rows"].items():
+            parts = [bm25["rows"][src]["bm25"], methods["dense"]]
+            best = {r["task_id"]: r["C@10"] for r in max(parts, key=lambda rows: mean(rows, "C@10"))}
+            diffs = [r["C@10"] - best[r["task_id"]] for r in methods["hybrid"]]
+            m = sum(diffs) / len(diffs)
+            var = sum((d - m) ** 2 for d in diffs) / (len(diffs) - 1) if len(diffs) > 1 else 0.0
+            out[res["run"]][src] = (m, math.sqrt(var / len(diffs)))
+    return out
+
+
 def report(results: list[dict[str, Any]], results_dir: str | Path = OUT) -> str:
     """The matrix from the run files alone: one row per (run, method), one column per evaluated source."""
     if not results:
@@ -151,7 +184,13 @@ def report(results: list[dict[str, Any]], results_dir: str | Path = OUT) -> str:
               f"tuned for that encoder on set-aside training queries (no w: the packaged model's 0.44). Training budget "
               f"{' / '.join(f'{b:g}' for b in budgets) or 'none'} min per run, config `{s0['config']}`"
               + (f", {s0['limit']} tasks per source" if s0.get("limit") else "") + ".")
-    return legend + "\n\n" + markdown_table(["trained on", "index", *sources], table)
+    margins = fusion_margins(results)
+    body = legend + "\n\n" + markdown_table(["trained on", "index", *sources], table)
+    if margins:
+        rows = [[run, *(f"{m[s][0]:+.1f} ± {m[s][1]:.1f}" for s in sources)] for run, m in margins.items()]
+        body += ("\n\nHybrid C@10 − the better of BM25 and the run's dense index (by mean), ± the paired se over "
+                 "the held-out queries:\n\n" + markdown_table(["trained on", *sources], rows))
+    return body
 
 
 def main(argv: list[str] | None = None) -> int:

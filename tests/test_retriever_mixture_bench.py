@@ -49,3 +49,28 @@ def test_the_legend_names_the_trained_runs_budget_not_the_references():
     trained = {"run": "all", "settings": {"budget_minutes": 12.0, "config": "c.yaml"}, "trained_on": ["a"],
                "rows": {"a": {"dense": _rows(1)}}}
     assert "Training budget 12 min per run" in rm.report([ref, trained])
+
+
+def test_fusion_margin_is_the_paired_difference_to_the_better_part():
+    settings = {"budget_minutes": 1.0, "config": "c.yaml", "limit": None}
+    results = [
+        {"run": "bm25", "settings": settings, "trained_on": [], "rows": {"a": {"bm25": _rows(100, 0, 0)}}},
+        {"run": "all", "settings": settings, "trained_on": ["a"],
+         "rows": {"a": {"dense": _rows(100, 100, 0), "hybrid": _rows(100, 0, 100)}}},
+    ]
+    # dense (mean 66.7) is the better part; per-query differences 0, -100, +100: mean 0, se 57.7
+    (m, se), = rm.fusion_margins(results)["all"].values()
+    assert m == pytest.approx(0.0) and se == pytest.approx(100 / 3 ** 0.5)
+    assert "| all | +0.0 ± 57.7 |" in rm.report(results)
+
+
+def test_a_tuned_hybrid_is_never_clearly_below_its_better_part():
+    """Item 4 for the trained encoders: in every committed run of the tuned folder, on every source's
+    held-out part, hybrid C@10 >= max(BM25, dense) - max(1, 2 paired se)."""
+    folder = ROOT / "benchmarks" / "results" / "retriever_mixture_tuned"
+    results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    margins = rm.fusion_margins(results)
+    assert margins, "no trained run in the tuned folder"
+    for run, by_source in margins.items():
+        for source, (m, se) in by_source.items():
+            assert m >= -max(1.0, 2 * se), (run, source, m, se)
