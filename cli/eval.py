@@ -103,7 +103,9 @@ def _data_arguments(p: argparse.ArgumentParser) -> None:
 def _retrieval_arguments(p: argparse.ArgumentParser) -> None:
     _data_arguments(p)
     ret = p.add_argument_group("retriever")
-    ret.add_argument("--retriever", default="bm25", choices=["bm25", "dense", "hybrid"])
+    # hybrid: the rung of the retrieval ladder that holds on every dataset without training (docs/retrieval.md)
+    ret.add_argument("--retriever", default="hybrid", choices=["bm25", "dense", "hybrid"],
+                     help="default hybrid (z-score BM25 + dense; with --model a fine-tuned folder, its tuned weight)")
     ret.add_argument("--model", default=None, help="embedding model path or id (default: packaged MiniLM)")
     ret.add_argument("--identifiers", default="split", choices=["whole", "split", "both"],
                      help="BM25: compound words (getWeatherForecast) as one token, split into parts (default), or both")

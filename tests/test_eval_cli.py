@@ -4,7 +4,7 @@ import json
 import pytest
 
 from toolgym.data import load_dataset, save_corpus_and_tasks
-from toolgym.retrieval import build_index
+from toolgym.retrieval import ToolCorpus, build_index
 from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k
 from toolgym.cli.main import main
 
@@ -16,7 +16,8 @@ def stb():
 
 def test_eval_json_agrees_with_direct_computation(tmp_path, stb, capsys):
     out = tmp_path / "m.json"
-    assert main(["eval", "--dataset", "stabletoolbench", "--limit", "120", "--k", "1,10", "--json", str(out)]) == 0
+    assert main(["eval", "--dataset", "stabletoolbench", "--retriever", "bm25", "--limit", "120", "--k", "1,10",
+                 "--json", str(out)]) == 0
     metrics = json.loads(out.read_text())
     tasks = stb.tasks[:120]
     index = build_index(stb.corpus, "bm25")
@@ -29,11 +30,27 @@ def test_eval_json_agrees_with_direct_computation(tmp_path, stb, capsys):
     assert "G1_instruction" in capsys.readouterr().out
 
 
+def test_the_default_pipeline_is_the_hybrid(tmp_path, stb):
+    """`toolgym eval retrieval` without --retriever is the z-score hybrid (the ladder's best rung without training)."""
+    corpus_path, tasks_path = tmp_path / "corpus.jsonl", tmp_path / "tasks.jsonl"
+    tasks = stb.tasks[:6]
+    gold = {g for t in tasks for g in t.gold}
+    tools = [stb.corpus[g] for g in sorted(gold)] + [t for t in stb.corpus.tools if t.id not in gold][:30]
+    save_corpus_and_tasks(ToolCorpus(tools, name="small"), tasks, corpus_path, tasks_path)
+    out = tmp_path / "m.json"
+    assert main(["eval", "--tasks", str(tasks_path), "--corpus", str(corpus_path), "--json", str(out)]) == 0
+    metrics = json.loads(out.read_text())
+    assert metrics["config"]["retriever"] == "hybrid"
+    index = build_index(ToolCorpus(tools, name="small"), "hybrid")
+    c10 = 100 * sum(completeness_at_k(index.search(t.query, k=10).ids, t.gold, 10) for t in tasks) / len(tasks)
+    assert metrics["C@10"] == pytest.approx(c10)
+
+
 def test_eval_from_paths_and_dynamic_topk(tmp_path, stb):
     corpus_path, tasks_path = tmp_path / "corpus.jsonl", tmp_path / "tasks.jsonl"
     save_corpus_and_tasks(stb.corpus, stb.tasks[:40], corpus_path, tasks_path)
     out = tmp_path / "m.json"
-    assert main(["eval", "--tasks", str(tasks_path), "--corpus", str(corpus_path), "--topk", "dynamic",
+    assert main(["eval", "--tasks", str(tasks_path), "--corpus", str(corpus_path), "--retriever", "bm25", "--topk", "dynamic",
                  "--decompose", "clauses", "--json", str(out)]) == 0
     metrics = json.loads(out.read_text())
     assert 1 <= metrics["K"] <= 20 and 0 <= metrics["C@K"] <= 100
