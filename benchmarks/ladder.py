@@ -78,7 +78,9 @@ def main() -> None:
         print(f"[{time.perf_counter() - start:6.0f} s] {msg}", flush=True)
 
     retriever = str(Path(args.retriever_run) / "model") if (Path(args.retriever_run) / "model").is_dir() else None
-    reranker = args.reranker_run if (Path(args.reranker_run) / "summary.json").is_file() else None
+    # a fit-reranker run folder (one rung per stage) or one trained CrossEncoder folder (one rung)
+    reranker = args.reranker_run if (Path(args.reranker_run) / "summary.json").is_file() \
+        or (Path(args.reranker_run) / "config.json").is_file() else None
     results, skipped = {}, {}
     names = [n.strip() for n in args.datasets.split(",") if n.strip()]
     mixture = {d.name: d for d in mixture_heldout_data(args.heldout_of, args.limit, args.seed)} if args.heldout_of else {}
