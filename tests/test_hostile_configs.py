@@ -126,7 +126,9 @@ def test_bad_topk_fails_before_any_index_is_built(monkeypatch, capsys, topk):
 # -- Ctrl-C ----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_ctrl_c_is_one_line_exit_130_and_the_run_resumes(tmp_path):
-    config = _config(tmp_path, steps=20)
+    # Far more steps than can run before the SIGINT lands: with 20 tiny steps a full-suite run once
+    # got exit 0 and no output, which is what a run that ended before the signal gives.
+    config = _config(tmp_path, steps=2000)
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "toolgym.cli.main", "train", config, "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
