@@ -126,10 +126,11 @@ def tune_hybrid_bm25_weight(dev: Sequence[tuple[Sequence[Any], Sequence[str], np
                         np.array([100.0 * ndcg_at_k(r, t.gold, 5) for r, t in zip(ranked, tasks)])))
         return out
 
-    parts = [max(a, b, key=lambda c: c.mean()) for (a, _), (b, _) in zip(per_query(1.0), per_query(0.0))]
+    scored = {w: per_query(w) for w in {*weights, 0.0, 1.0}}  # the parts are w = 1 and w = 0: scored once
+    parts = [max(a, b, key=lambda c: c.mean()) for (a, _), (b, _) in zip(scored[1.0], scored[0.0])]
     table: dict[str, Any] = {}
     for w in weights:
-        rows = per_query(w)
+        rows = scored[w]
         diffs = [c10 - best for (c10, _), best in zip(rows, parts)]
         margins = [float(d.mean()) for d in diffs]
         ses = [float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0 for d in diffs]
