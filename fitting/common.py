@@ -102,6 +102,30 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+FIT_PRECISIONS = ("float32", "bfloat16", "auto")
+
+
+def fit_dtype(precision: str) -> Any:
+    """The dtype of the forward passes for a config's ``precision`` (one of :data:`FIT_PRECISIONS`)."""
+    if precision not in FIT_PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(FIT_PRECISIONS)}, got {precision!r}")
+    from toolgym.agents.decoding import sampling_dtype
+
+    return sampling_dtype(precision, "cpu")
+
+
+@contextmanager
+def mixed_precision(precision: str) -> Iterator[None]:
+    """Forward passes inside run under ``torch.autocast("cpu", bfloat16)`` when :func:`fit_dtype` is
+    bf16 (matrix products in bf16, losses and softmaxes in float32, as autocast decides); a no-op for
+    float32. Why autocast, not bf16 weights: the AdamW updates of a minutes-long run are far below
+    bf16's resolution of the weights, so the weights must stay float32."""
+    import torch
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=fit_dtype(precision) == torch.bfloat16):
+        yield
+
+
 def optimizer_step(loss: Any, model: Any, optimizer: Any, scheduler: Any, log: "MetricsLog", stage: str, step: int) -> float:
     """Backward, clip the gradient norm at 1, step optimiser and schedule, log ``{stage, step, loss, lr}``
     (``lr``: the rate this step used); returns the loss value. The one update of every ``toolgym fit-*`` loop."""
@@ -196,6 +220,11 @@ class FitDataConfig:
         budget_minutes (`float`, defaults to `6.0`):
             Run folder, seed of every draw, wall-clock budget of training (``<= 0``: none).
         progress (`bool`, defaults to `True`): progress bars.
+        precision (`str`, defaults to `"float32"`):
+            ``float32``, ``bfloat16`` or ``auto`` (bf16 where the CPU multiplies bf16 matrices natively,
+            AMX-BF16 / AVX512-BF16, else float32): the forward passes of training and of the scoring
+            between stages run under bf16 autocast (:func:`mixed_precision`); weights, gradients and
+            the optimiser state stay float32. Speed: ``benchmarks/fit_precision.py``.
     """
 
     dataset: str = "seal_tools"
@@ -210,6 +239,7 @@ class FitDataConfig:
     seed: int = 0
     budget_minutes: float = 6.0
     progress: bool = True
+    precision: str = "float32"
 
 
 def load_train_eval(cfg: Any) -> tuple[Any, list[Any], list[Any]]:

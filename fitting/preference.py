@@ -33,7 +33,9 @@ from toolgym.fitting.common import (
     MetricsLog,
     optimizer_step,
     budgeted_schedule,
+    fit_dtype,
     load_train_eval,
+    mixed_precision,
     plot_fit_curves,
     set_seed,
 )
@@ -101,6 +103,7 @@ def fit_preference(cfg: Any) -> dict[str, Any]:
     from toolgym.rewards.preference_model import preference_inputs
     from toolgym.fitting.reranker import load_reranker
 
+    fit_dtype(cfg.precision)  # a bad precision fails here, before any data is read
     set_seed(int(cfg.seed))
     rng = random.Random(int(cfg.seed))
     out_dir = Path(cfg.output_dir)
@@ -144,7 +147,8 @@ def fit_preference(cfg: Any) -> dict[str, Any]:
         pairs = [train_pairs[i] for i in batch]
         texts = [preference_inputs(p.task, [list(p.chosen), list(p.rejected)]) for p in pairs]
         inputs = [[t[0][0] for t in texts], [[t[0][1], t[1][1]] for t in texts]]
-        loss = loss_fn(inputs, [torch.tensor([1.0, 0.0]) for _ in pairs])
+        with mixed_precision(cfg.precision):
+            loss = loss_fn(inputs, [torch.tensor([1.0, 0.0]) for _ in pairs])
         step += 1
         window = (window + [optimizer_step(loss, model, optimizer, scheduler, log, "train", step)])[-20:]
         bar.set_postfix(loss=f"{np.mean(window):.3f}")

@@ -51,8 +51,10 @@ from toolgym.fitting.common import (
     MetricsLog,
     optimizer_step,
     budgeted_schedule,
+    fit_dtype,
     load_sources,
     mean_over_sources,
+    mixed_precision,
     plot_fit_curves,
     proportional_batches,
     set_seed,
@@ -163,7 +165,8 @@ def train_stage(
             log.write({"stage": stage, "step": step, "event": "budget_spent", "elapsed_s": budget.elapsed()})
             break
         inputs, labels = to_inputs(batch)
-        loss = loss_fn(inputs, labels)
+        with mixed_precision(cfg.precision):
+            loss = loss_fn(inputs, labels)
         step += 1
         value = optimizer_step(loss, model, optimizer, scheduler, log, stage, step)
         bar.set_postfix(loss=f"{value:.3f}")
@@ -187,19 +190,23 @@ def _list_inputs(scale: float) -> Callable[[list[Any]], tuple[Any, Any]]:
     return convert
 
 
-def teacher_hard_negatives(reranker: Any, tasks: Sequence[Any], lists: Sequence[Any], corpus: Any, k: int) -> dict[str, list[str]]:
+def teacher_hard_negatives(reranker: Any, tasks: Sequence[Any], lists: Sequence[Any], corpus: Any, k: int,
+                           precision: str = "float32") -> dict[str, list[str]]:
     """Algorithm 1, lines 5-12: the current reranker scores each query's candidate pool (its
     first-stage list); eq. 22 keeps its top-k wrong tools."""
     from toolgym.data.training_data import top_k_hard_negatives
 
-    scores = cross_encoder_scores(reranker, tasks, lists, corpus)
+    scores = cross_encoder_scores(reranker, tasks, lists, corpus, precision)
     return {t.id: top_k_hard_negatives(list(r.ids), s, t.gold, k) for t, r, s in zip(tasks, lists, scores)}
 
 
-def cross_encoder_scores(reranker: Any, tasks: Sequence[Any], lists: Sequence[Any], corpus: Any) -> list[Any]:
-    """The cross-encoder's raw score of every candidate of each task's first-stage list (one ``predict``)."""
+def cross_encoder_scores(reranker: Any, tasks: Sequence[Any], lists: Sequence[Any], corpus: Any,
+                         precision: str = "float32") -> list[Any]:
+    """The cross-encoder's raw score of every candidate of each task's first-stage list (one ``predict``,
+    under :func:`~toolgym.fitting.common.mixed_precision` of ``precision``)."""
     pairs = [(t.context_text(), corpus.text(corpus[i])) for t, r in zip(tasks, lists) for i in r.ids]
-    flat = reranker.score_pairs(pairs)
+    with mixed_precision(precision):
+        flat = reranker.score_pairs(pairs)
     out, pos = [], 0
     for r in lists:
         out.append(flat[pos : pos + len(r.ids)])
@@ -290,6 +297,7 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
         raise ValueError(f"stage_budget_shares needs {len(STAGES)} non-negative numbers, got {shares}")
     if not 0.0 <= float(cfg.dev_fraction) < 1.0:
         raise ValueError(f"dev_fraction must be in [0, 1), got {cfg.dev_fraction}")
+    fit_dtype(cfg.precision)  # a bad precision fails here, before any index is built
     set_seed(int(cfg.seed))
     clock = Budget(0)  # wall clock of the whole command
     rng = random.Random(int(cfg.seed))
@@ -354,7 +362,7 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
                 for s in sources:
                     n = int(cfg.distill_queries)
                     mined = rng.sample(s.train, n) if 0 < n < len(s.train) else list(s.train)
-                    hard = teacher_hard_negatives(reranker, mined, [s.pools[t.id] for t in mined], s.data.corpus, k)
+                    hard = teacher_hard_negatives(reranker, mined, [s.pools[t.id] for t in mined], s.data.corpus, k, cfg.precision)
                     # Eq. 20 over every (t+, t-_hard) pair of a query: one list of gold + hard negatives.
                     groups[s.data.name] = listwise_groups(mined, s.data.corpus, hard, k + max(len(t.gold) for t in mined), rng)
                 batches = mixture_batches(groups, int(cfg.distill_batch_size), weights, int(cfg.epochs), rng)
@@ -369,7 +377,8 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
             info: dict[str, Any] = {"model_dir": str(folder), "steps": step - start, "examples": n_examples,
                                     "elapsed_s": budget.elapsed()}
             # The first-stage weight, tuned on the set-aside training queries (w = 0 when there are none).
-            dev = [(s.dev, s.dev_lists, cross_encoder_scores(reranker, s.dev, s.dev_lists, s.data.corpus)) for s in sources if s.dev]
+            dev = [(s.dev, s.dev_lists, cross_encoder_scores(reranker, s.dev, s.dev_lists, s.data.corpus, cfg.precision))
+                   for s in sources if s.dev]
             w, objective = tune_first_stage_weight(dev, cfg.first_stage_weights) if dev else (0.0, {})
             info.update(first_stage_weight=w, dev_objective=objective)
             (folder / SETTINGS_FILE).write_text(json.dumps(
@@ -379,7 +388,7 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
             if evaluated:
                 alone, mixed = {}, {}
                 for s in evaluated:
-                    scores = cross_encoder_scores(reranker, s.data.heldout, s.heldout_lists, s.data.corpus)
+                    scores = cross_encoder_scores(reranker, s.data.heldout, s.heldout_lists, s.data.corpus, cfg.precision)
                     for label, table, weight in ((stage, alone, 0.0), (f"{stage}+first_stage", mixed, w)):
                         ranked = rerankings(s.heldout_lists, scores, weight)
                         table[s.data.name] = mean_retrieval_metrics(ranked, s.data.heldout, ks)

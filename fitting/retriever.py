@@ -31,8 +31,10 @@ from toolgym.fitting.common import (
     MetricsLog,
     optimizer_step,
     budgeted_schedule,
+    fit_dtype,
     load_sources,
     mean_over_sources,
+    mixed_precision,
     proportional_batches,
     plot_fit_curves,
     set_seed,
@@ -251,7 +253,8 @@ def train_round(model: Any, triples: dict[str, list[Any]], cfg: Any, budget: Bud
         columns = [[t.query for t in items], [t.positive for t in items]]
         columns += [[t.negatives[j] for t in items] for j in range(len(items[0].negatives))]
         features = [batch_to_device(model.preprocess(c), model.device) for c in columns]
-        loss = loss_fn(features, None)
+        with mixed_precision(cfg.precision):
+            loss = loss_fn(features, None)
         step += 1
         value = optimizer_step(loss, model, optimizer, scheduler, log, stage, step)
         bar.set_postfix(loss=f"{value:.3f}")
@@ -268,6 +271,7 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
     from toolgym.retrieval.models import resolve_embedding_model
     from toolgym.data.training_data import contrastive_triples, random_negatives
 
+    fit_dtype(cfg.precision)  # a bad precision fails here, before any data is read
     set_seed(int(cfg.seed))
     rng = random.Random(int(cfg.seed))
     out_dir = Path(cfg.output_dir)
@@ -297,7 +301,8 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
         if r > 0:
             if budget.spent():
                 break
-            negatives = {s.name: mine_with_model(model, s.corpus, s.train, m) for s in sources}  # within each library
+            with mixed_precision(cfg.precision):  # the corpus encodings of mining, in the training precision
+                negatives = {s.name: mine_with_model(model, s.corpus, s.train, m) for s in sources}  # within each library
         triples = {s.name: contrastive_triples(s.train, s.corpus, negatives[s.name], m) for s in sources}
         start = step
         step = train_round(model, triples, cfg, budget.share(1.0 / (rounds + 1 - r)), log, stage, step, rng, weights)
