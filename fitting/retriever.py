@@ -268,7 +268,7 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
     from sentence_transformers import SentenceTransformer
 
     from toolgym.retrieval import build_index
-    from toolgym.retrieval.models import resolve_embedding_model
+    from toolgym.retrieval.models import quiet_weight_loading, resolve_embedding_model
     from toolgym.data.training_data import contrastive_triples, random_negatives
 
     fit_dtype(cfg.precision)  # a bad precision fails here, before any data is read
@@ -280,7 +280,7 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
     dev = set_aside_dev(sources, cfg)  # before any negative is drawn: never trained on
     clock = Budget(0)  # wall clock of the whole command
 
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), quiet_weight_loading():
         model = SentenceTransformer(resolve_embedding_model(cfg.model), device="cpu", local_files_only=True)
     model.max_seq_length = int(cfg.max_length)
     m = int(cfg.negatives_per_query)

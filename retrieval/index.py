@@ -633,8 +633,11 @@ class ToolIndex:
         if self._encoder is None:
             from sentence_transformers import SentenceTransformer
 
+            from toolgym.retrieval.models import quiet_weight_loading
+
             # device=None: sentence-transformers picks a GPU when there is one.
-            self._encoder = SentenceTransformer(self.model_name, device=None, local_files_only=True)
+            with quiet_weight_loading():
+                self._encoder = SentenceTransformer(self.model_name, device=None, local_files_only=True)
         return self._encoder
 
     def _encoder_dim(self) -> int:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 MINILM_ALIASES = {"minilm", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
@@ -33,6 +35,21 @@ def resolve_embedding_model(name: str | None) -> str:
     if name is None or name in MINILM_ALIASES:
         return str(minilm_path())
     return name
+
+
+@contextmanager
+def quiet_weight_loading() -> Iterator[None]:
+    """No "Loading weights" progress bar from transformers while a model loads inside (the bar is
+    one line per index build, and a benchmark builds hundreds); restores the caller's setting."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 # Beside a fine-tuned encoder's weights: the hybrid's BM25 weight tuned for that encoder on training

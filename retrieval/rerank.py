@@ -24,7 +24,7 @@ import numpy as np
 from toolgym.retrieval.corpus import ToolCorpus
 from toolgym.retrieval.fusion import standardise_rows
 from toolgym.retrieval.index import SearchResult, _check_k, _check_query
-from toolgym.retrieval.models import check_unit_weight, read_model_setting, resolve_embedding_model
+from toolgym.retrieval.models import check_unit_weight, quiet_weight_loading, read_model_setting, resolve_embedding_model
 
 HEAD_SEED = 0
 SETTINGS_FILE = "toolgym_rerank.json"  # beside a trained CrossEncoder's weights: its tuned first-stage weight
@@ -111,7 +111,7 @@ class CrossEncoderReranker:
                 stacklevel=2,
             )
         # Seed only the head's initialisation, without disturbing the caller's RNG stream.
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), quiet_weight_loading():
             torch.manual_seed(HEAD_SEED)
             self.model = CrossEncoder(
                 path,

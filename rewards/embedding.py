@@ -13,9 +13,10 @@ Embed = Callable[[list[str]], np.ndarray]
 def _minilm():
     from sentence_transformers import SentenceTransformer
 
-    from toolgym.retrieval.models import minilm_path
+    from toolgym.retrieval.models import minilm_path, quiet_weight_loading
 
-    return SentenceTransformer(str(minilm_path()), device="cpu")
+    with quiet_weight_loading():
+        return SentenceTransformer(str(minilm_path()), device="cpu")
 
 
 def minilm_embed(texts: list[str]) -> np.ndarray:

@@ -54,8 +54,11 @@ class CrossEncoderPreferenceScorer:
             raise FileNotFoundError(f"preference model folder {path} not found (train one with `toolgym fit-preference`)")
         self.model_dir = str(path)
         self.batch_size = batch_size
-        self.model = CrossEncoder(str(path), num_labels=1, max_length=max_length, device=device,
-                                  local_files_only=True, activation_fn=torch.nn.Identity())
+        from toolgym.retrieval.models import quiet_weight_loading
+
+        with quiet_weight_loading():
+            self.model = CrossEncoder(str(path), num_labels=1, max_length=max_length, device=device,
+                                      local_files_only=True, activation_fn=torch.nn.Identity())
 
     def score_pairs(self, pairs: list[tuple[str, str]]) -> np.ndarray:
         if not pairs:

@@ -108,3 +108,23 @@ def test_tiny_fine_tune_moves_the_gold_up(seal, bm25):
     bm25_rank = np.mean([r.ids.index(g) + 1 for _, g, r in cases])
     print(f"mean gold rank: untrained {before:.2f}, BM25 {bm25_rank:.2f}, fine-tuned {after:.2f}")
     assert after < before - 0.5 and after < bm25_rank - 0.5, (before, after, bm25_rank)
+
+
+def test_model_loading_prints_no_weight_progress_bar(capfd):
+    """Every index build and reranker load used to print transformers' "Loading weights" bar; the
+    caller's progress-bar setting is restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    from toolgym.retrieval.models import quiet_weight_loading
+
+    hf_logging.enable_progress_bar()
+    with pytest.warns(UserWarning):
+        CrossEncoderReranker(max_length=32)
+    captured = capfd.readouterr()
+    assert "Loading weights" not in captured.err + captured.out
+    assert hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    with quiet_weight_loading():
+        pass
+    assert not hf_logging.is_progress_bar_enabled()  # a caller who had it off keeps it off
+    hf_logging.enable_progress_bar()
