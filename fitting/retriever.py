@@ -39,6 +39,7 @@ from toolgym.fitting.common import (
     plot_fit_curves,
     set_seed,
 )
+from toolgym.retrieval.index import HYBRID_BM25_WEIGHT
 
 @dataclass
 class FitRetrieverConfig(FitDataConfig):
@@ -56,7 +57,9 @@ class FitRetrieverConfig(FitDataConfig):
     ``dev_fraction`` of each source's training queries (at most ``dev_limit``; 0 = no tuning) are
     set aside, never trained on, to tune the hybrid's BM25 weight for the trained encoder over
     ``hybrid_bm25_weights`` (:func:`tune_hybrid_bm25_weight`); it is saved beside the weights as
-    ``toolgym_hybrid.json``, which ``build_index(corpus, "hybrid", model=<folder>)`` reads.
+    ``toolgym_hybrid.json``, which ``build_index(corpus, "hybrid", model=<folder>)`` reads for a
+    corpus the encoder trained on; for any other corpus it reads ``zero_shot_bm25_weight``
+    (default: the packaged MiniLM's 0.44, tuned for an encoder that never saw the corpus).
     """
 
     model: str = "minilm"
@@ -76,6 +79,7 @@ class FitRetrieverConfig(FitDataConfig):
     dev_fraction: float = 0.1
     dev_limit: int = 200
     hybrid_bm25_weights: list[float] = field(default_factory=lambda: [i / 20 for i in range(21)])
+    zero_shot_bm25_weight: float = HYBRID_BM25_WEIGHT
 
 
 def mean_retrieval_metrics(rankings: Sequence[Sequence[str]], tasks: Sequence[Any], ks: Sequence[int]) -> dict[str, float]:
@@ -165,12 +169,16 @@ def set_aside_dev(sources: Sequence[Any], cfg: Any) -> dict[str, list]:
 
 
 def tune_and_save_hybrid_weight(model_dir: str | Path, sources: Sequence[Any], dev: dict[str, list],
-                                grid: Sequence[float]) -> dict[str, Any]:
+                                grid: Sequence[float], zero_shot_bm25_weight: float = HYBRID_BM25_WEIGHT) -> dict[str, Any]:
     """Tune the BM25 weight of ``model_dir``'s hybrid on the set-aside queries (one scoring pass per
-    source) and write it beside the weights (``toolgym_hybrid.json``); returns what was written
-    (empty, and nothing written, when no source set queries aside)."""
+    source) and write it beside the weights (``toolgym_hybrid.json``) with the libraries it is for
+    (``trained_corpora``: each training source's ``ToolCorpus.ids_hash``) and the weight for every
+    other corpus (``zero_shot_bm25_weight``); returns what was written (empty, and nothing written,
+    when no source set queries aside)."""
     from toolgym.retrieval import build_index
-    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE
+    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, check_unit_weight
+
+    zero_shot = check_unit_weight("zero_shot_bm25_weight", zero_shot_bm25_weight)
 
     rows = []
     for s in sources:
@@ -181,8 +189,9 @@ def tune_and_save_hybrid_weight(model_dir: str | Path, sources: Sequence[Any], d
     if not rows:
         return {}
     w, table = tune_hybrid_bm25_weight(rows, grid)
-    tuning = {"bm25_weight": w, "tuned_on": {name: len(d) for name, d in dev.items()}, "objective": HYBRID_OBJECTIVE,
-              "grid": table}
+    tuning = {"bm25_weight": w, "trained_corpora": {s.name: s.corpus.ids_hash for s in sources},
+              "zero_shot_bm25_weight": zero_shot, "tuned_on": {name: len(d) for name, d in dev.items()},
+              "objective": HYBRID_OBJECTIVE, "grid": table}
     (Path(model_dir) / HYBRID_SETTINGS_FILE).write_text(json.dumps(tuning, indent=2) + "\n")
     return tuning
 
@@ -311,7 +320,7 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
     model.save(str(model_dir))
 
     # The hybrid's BM25 weight for this encoder, on the set-aside queries.
-    tuning = tune_and_save_hybrid_weight(model_dir, sources, dev, cfg.hybrid_bm25_weights)
+    tuning = tune_and_save_hybrid_weight(model_dir, sources, dev, cfg.hybrid_bm25_weights, cfg.zero_shot_bm25_weight)
     w = tuning.get("bm25_weight")
     if tuning:
         log.write({"stage": "tune_hybrid", "step": step, "bm25_weight": w})
@@ -353,18 +362,20 @@ def evaluate_heldout(model_dir: str | Path, sources: Sequence[Any], ks: Sequence
     return dense, hybrid
 
 
-def retune_hybrid_weight(cfg: Any) -> dict[str, Any]:
+def retune_hybrid_weight(cfg: Any, evaluate: bool = True) -> dict[str, Any]:
     """Tune the hybrid weight of a finished ``fit-retriever`` run again (``cfg.output_dir``, with the
     same data keys: the same set-aside queries) without training: e.g. after changing the grid or
-    the tuning rule. Rewrites ``toolgym_hybrid.json`` and the hybrid fields of ``summary.json``."""
+    the tuning rule. Rewrites ``toolgym_hybrid.json`` and the hybrid fields of ``summary.json``
+    (``evaluate=False``: the held-out hybrid numbers are left as they were, not re-measured)."""
     out_dir = Path(cfg.output_dir)
     summary = json.loads((out_dir / "summary.json").read_text())
     model_dir = Path(summary["model_dir"])
     sources = load_sources(cfg)
     dev = set_aside_dev(sources, cfg)
-    tuning = tune_and_save_hybrid_weight(model_dir, sources, dev, cfg.hybrid_bm25_weights)
-    _, hybrid = evaluate_heldout(model_dir, sources, [int(k) for k in cfg.eval_ks])
-    summary.update(hybrid_bm25_weight=tuning.get("bm25_weight"), hybrid_tuning=tuning,
-                   heldout_hybrid=mean_over_sources(hybrid), heldout_hybrid_by_source=hybrid)
+    tuning = tune_and_save_hybrid_weight(model_dir, sources, dev, cfg.hybrid_bm25_weights, cfg.zero_shot_bm25_weight)
+    summary.update(hybrid_bm25_weight=tuning.get("bm25_weight"), hybrid_tuning=tuning)
+    if evaluate:
+        _, hybrid = evaluate_heldout(model_dir, sources, [int(k) for k in cfg.eval_ks])
+        summary.update(heldout_hybrid=mean_over_sources(hybrid), heldout_hybrid_by_source=hybrid)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

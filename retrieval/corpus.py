@@ -156,6 +156,16 @@ class ToolCorpus:
             self._hash = h.hexdigest()[:16]
         return self._hash
 
+    @property
+    def ids_hash(self) -> str:
+        """Stable hash of the tool ids alone, in sorted order: which library this is, whatever its
+        text template or tool order (``toolgym fit-retriever`` records it for every corpus it trains on)."""
+        h = hashlib.sha256()
+        for tool_id in sorted(t.id for t in self.tools):
+            h.update(tool_id.encode())
+            h.update(b"\0")
+        return h.hexdigest()[:16]
+
     # -- persistence ----------------------------------------------------------------------
     def save_jsonl(self, path: str | Path) -> None:
         """One ``Tool.to_dict()`` per line; ``toolgym.data.load_corpus`` reads it back."""

@@ -36,7 +36,7 @@ import numpy as np
 
 from toolgym.retrieval.corpus import ToolCorpus
 from toolgym.retrieval.fusion import fuse_rrf, fuse_standardised
-from toolgym.retrieval.models import check_unit_weight, resolve_embedding_model, saved_hybrid_bm25_weight
+from toolgym.retrieval.models import check_unit_weight, hybrid_weight_for, resolve_embedding_model
 from toolgym.retrieval.text import IDENTIFIER_MODES, parameter_text, split_identifiers
 
 METHODS = ("bm25", "dense", "hybrid")
@@ -351,11 +351,11 @@ class ToolIndex:
         self.identifiers, self.parameters = identifiers, bool(parameters)
         if hybrid_fusion not in HYBRID_FUSIONS:
             raise ValueError(f"hybrid_fusion must be one of {HYBRID_FUSIONS}, got {hybrid_fusion!r}")
-        # None: the weight saved beside a fine-tuned encoder folder, else the packaged model's.
-        saved = saved_hybrid_bm25_weight(model) if bm25_weight is None and method == "hybrid" else None
-        self.bm25_weight_source = "given" if bm25_weight is not None else "model folder" if saved is not None else "default"
+        # None: the weight a fine-tuned encoder folder saved for this corpus, else the packaged model's.
+        saved = hybrid_weight_for(model, corpus.ids_hash) if bm25_weight is None and method == "hybrid" else None
+        self.bm25_weight_source = "given" if bm25_weight is not None else saved[1] if saved is not None else "default"
         if bm25_weight is None:
-            bm25_weight = HYBRID_BM25_WEIGHT if saved is None else saved
+            bm25_weight = HYBRID_BM25_WEIGHT if saved is None else saved[0]
         self.hybrid_fusion, self.bm25_weight = hybrid_fusion, check_unit_weight("bm25_weight", bm25_weight)
         self._bm25 = _BM25(self.bm25_texts(), show_progress, identifiers) if method in ("bm25", "hybrid") else None
         if method in ("dense", "hybrid"):
@@ -704,7 +704,9 @@ def build_index(
     says: ``"zscore"``, the default, = ``bm25_weight`` · z(BM25) + (1 − ``bm25_weight``) · z(cosine),
     each score standardised over the candidate tools, see :func:`toolgym.retrieval.fusion.fuse_standardised`;
     ``bm25_weight=None``: the weight ``toolgym fit-retriever`` saved beside a fine-tuned ``model``
-    folder (``toolgym_hybrid.json``), else ``HYBRID_BM25_WEIGHT`` (0.44, tuned for the packaged MiniLM);
+    folder for this corpus (``toolgym_hybrid.json``: one tuned for the libraries it trained on, one
+    for any other, :func:`~toolgym.retrieval.models.hybrid_weight_for`), else ``HYBRID_BM25_WEIGHT``
+    (0.44, tuned for the packaged MiniLM); ``index.bm25_weight_source`` says which applies;
     ``"rrf"`` = the old equal-weight reciprocal-rank fusion, c = 60, each list ``max(k, 100)`` deep). ``model``: the sentence-transformers encoder
     (``None`` = the packaged all-MiniLM-L6-v2; any local path or cached HF id works).
     ``cache_dir``: where corpus embeddings are cached (default ``$TOOLGYM_CACHE`` or

@@ -58,8 +58,8 @@ HYBRID_SETTINGS_FILE = "toolgym_hybrid.json"
 SETTINGS_MAX_BYTES = 1 << 20
 
 
-def read_model_setting(folder: str | Path, filename: str, key: str) -> object | None:
-    """``key`` of the JSON object in ``folder/filename``, or ``None`` when there is no such file.
+def read_model_settings(folder: str | Path, filename: str, key: str) -> dict | None:
+    """The JSON object in ``folder/filename``, or ``None`` when there is no such file.
 
     The file is capped at 1 MiB before parsing; anything but an object holding ``key`` is a
     ``ValueError`` naming the file."""
@@ -74,7 +74,13 @@ def read_model_setting(folder: str | Path, filename: str, key: str) -> object | 
         raise ValueError(f"{path}: not JSON ({type(e).__name__})") from None
     if not isinstance(settings, dict) or key not in settings:
         raise ValueError(f"{path}: expected an object with a {key}")
-    return settings[key]
+    return settings
+
+
+def read_model_setting(folder: str | Path, filename: str, key: str) -> object | None:
+    """``key`` of :func:`read_model_settings` (``None`` when there is no such file)."""
+    settings = read_model_settings(folder, filename, key)
+    return None if settings is None else settings[key]
 
 
 def check_unit_weight(name: str, value: object) -> float:
@@ -85,9 +91,41 @@ def check_unit_weight(name: str, value: object) -> float:
 
 
 def saved_hybrid_bm25_weight(model: str | None) -> float | None:
-    """The hybrid BM25 weight saved beside a fine-tuned encoder folder (``None``: none saved, or
-    ``model`` is not a folder, e.g. the packaged MiniLM)."""
+    """The hybrid BM25 weight tuned for a fine-tuned encoder folder on its own training libraries
+    (``None``: none saved, or ``model`` is not a folder, e.g. the packaged MiniLM)."""
     if model is None or model in MINILM_ALIASES or not Path(model).is_dir():
         return None
     value = read_model_setting(model, HYBRID_SETTINGS_FILE, "bm25_weight")
     return None if value is None else check_unit_weight(f"{Path(model) / HYBRID_SETTINGS_FILE}: bm25_weight", value)
+
+
+IN_DOMAIN, ZERO_SHOT = "model folder", "model folder, zero-shot"
+
+
+def hybrid_weight_for(model: str | None, corpus_ids_hash: str) -> tuple[float, str] | None:
+    """The hybrid BM25 weight a fine-tuned encoder folder saved for the corpus whose
+    ``ToolCorpus.ids_hash`` is ``corpus_ids_hash``, and which of its two weights that is.
+
+    ``toolgym fit-retriever`` saves two: ``bm25_weight``, tuned on set-aside queries of the libraries
+    it trained on, for a corpus among them (:data:`IN_DOMAIN`); and ``zero_shot_bm25_weight`` for
+    any other corpus (:data:`ZERO_SHOT`). Why two: on a library it never saw, the encoder is weaker
+    than on its own, so the weight tuned in-domain leans too far towards it (docs/retrieval.md,
+    "Per-encoder weight"). A file without ``trained_corpora`` (written before) gives ``bm25_weight``
+    for every corpus. ``None``: no file, or ``model`` is not a folder."""
+    if model is None or model in MINILM_ALIASES or not Path(model).is_dir():
+        return None
+    settings = read_model_settings(model, HYBRID_SETTINGS_FILE, "bm25_weight")
+    if settings is None:
+        return None
+    path = Path(model) / HYBRID_SETTINGS_FILE
+    weight = check_unit_weight(f"{path}: bm25_weight", settings["bm25_weight"])
+    trained = settings.get("trained_corpora")
+    if trained is None:
+        return weight, IN_DOMAIN
+    if not isinstance(trained, dict) or not all(isinstance(v, str) for v in trained.values()):
+        raise ValueError(f"{path}: trained_corpora must map source names to corpus id hashes")
+    if corpus_ids_hash in trained.values():
+        return weight, IN_DOMAIN
+    if "zero_shot_bm25_weight" not in settings:
+        raise ValueError(f"{path}: trained_corpora without a zero_shot_bm25_weight")
+    return check_unit_weight(f"{path}: zero_shot_bm25_weight", settings["zero_shot_bm25_weight"]), ZERO_SHOT

@@ -3,6 +3,7 @@ its model folder, metrics JSONL, plot and summary, and the result loads where it
 The training runs are marked ``slow`` (CI selects them with ``-m "slow or not slow"``)."""
 import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,6 +58,14 @@ def test_fit_retriever_tiny(seal_slice, tmp_path, capsys):
     base = build_index(corpus, "dense", cache_dir=tmp_path / "cache")
     assert tuned.embedding_cache_path != base.embedding_cache_path and tuned.embedding_cache_path.exists()
     assert not np.allclose(tuned.tool_embeddings(), base.tool_embeddings())
+    # Its hybrid weight: the tuned one on the library it trained on, the zero-shot one elsewhere.
+    settings = json.loads((Path(summary["model_dir"]) / "toolgym_hybrid.json").read_text())
+    assert list(settings["trained_corpora"].values()) == [corpus.ids_hash] and settings["zero_shot_bm25_weight"] == 0.44
+    own = build_index(corpus, "hybrid", model=summary["model_dir"], cache_dir=tmp_path / "cache")
+    assert (own.bm25_weight, own.bm25_weight_source) == (settings["bm25_weight"], "model folder")
+    other = ToolCorpus([t for t in corpus.tools][:5], name="a slice: another library")
+    zero = build_index(other, "hybrid", model=summary["model_dir"], cache_dir=tmp_path / "cache")
+    assert (zero.bm25_weight, zero.bm25_weight_source) == (0.44, "model folder, zero-shot")
 
 
 @pytest.mark.slow  # loads MiniLM and trains it for a few steps

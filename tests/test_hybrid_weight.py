@@ -96,6 +96,49 @@ def test_the_index_reads_the_weight_saved_beside_a_model_folder(small_corpus, tm
         build_index(small_corpus, "bm25").hybrid_score_rows(queries)
 
 
+def test_a_corpus_the_encoder_never_trained_on_gets_the_zero_shot_weight(small_corpus, tmp_path):
+    from toolgym.retrieval.models import minilm_path
+
+    real = tmp_path / "real"
+    real.mkdir()
+    for f in minilm_path().iterdir():
+        (real / f.name).symlink_to(f, target_is_directory=f.is_dir())
+    other = ToolCorpus([Tool(id="x1", name="x", description="A tool.", category="c")], name="other")
+    (real / HYBRID_SETTINGS_FILE).write_text(json.dumps(
+        {"bm25_weight": 0.2, "trained_corpora": {"mine": small_corpus.ids_hash}, "zero_shot_bm25_weight": 0.6}))
+    own = build_index(small_corpus, "hybrid", model=str(real), cache_dir=tmp_path / "cache")
+    assert (own.bm25_weight, own.bm25_weight_source) == (0.2, "model folder")
+    new = build_index(other, "hybrid", model=str(real), cache_dir=tmp_path / "cache")
+    assert (new.bm25_weight, new.bm25_weight_source) == (0.6, "model folder, zero-shot")
+    # The library is its tool ids: another text template or tool order is the same library.
+    reordered = ToolCorpus(list(reversed(small_corpus.tools)), name="again", text_template="{name}")
+    assert reordered.ids_hash == small_corpus.ids_hash != other.ids_hash
+    assert build_index(reordered, "hybrid", model=str(real), cache_dir=tmp_path / "cache").bm25_weight == 0.2
+
+
+@pytest.mark.parametrize("settings, match", [
+    ({"bm25_weight": 0.2, "trained_corpora": ["abc"], "zero_shot_bm25_weight": 0.4}, "trained_corpora must map"),
+    ({"bm25_weight": 0.2, "trained_corpora": {"a": 3}, "zero_shot_bm25_weight": 0.4}, "trained_corpora must map"),
+    ({"bm25_weight": 0.2, "trained_corpora": {"a": "abc"}}, "without a zero_shot_bm25_weight"),
+    ({"bm25_weight": 0.2, "trained_corpora": {"a": "abc"}, "zero_shot_bm25_weight": 2}, r"zero_shot_bm25_weight must be .*\[0, 1\]"),
+])
+def test_hostile_zero_shot_settings_are_refused_with_the_file_named(tmp_path, settings, match):
+    from toolgym.retrieval.models import hybrid_weight_for
+
+    (tmp_path / HYBRID_SETTINGS_FILE).write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match=match) as err:
+        hybrid_weight_for(str(tmp_path), "not-abc")
+    assert HYBRID_SETTINGS_FILE in str(err.value)
+
+
+def test_a_settings_file_without_trained_corpora_applies_everywhere(tmp_path):
+    from toolgym.retrieval.models import hybrid_weight_for
+
+    (tmp_path / HYBRID_SETTINGS_FILE).write_text(json.dumps({"bm25_weight": 0.3}))
+    assert hybrid_weight_for(str(tmp_path), "anything") == (0.3, "model folder")
+    assert hybrid_weight_for(str(tmp_path / "missing"), "anything") is None and hybrid_weight_for(None, "x") is None
+
+
 @pytest.mark.parametrize("text, match", [
     ("{", "not JSON"), ("[0.3]", "expected an object"), ('{"x": 1}', "expected an object"),
     ('{"bm25_weight": 7}', r"\[0, 1\]"), ('{"bm25_weight": "0.3"}', r"\[0, 1\]"), ('{"bm25_weight": true}', r"\[0, 1\]"),
