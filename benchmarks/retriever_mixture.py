@@ -10,9 +10,17 @@ it at once, so a benchmark that takes hours loses nothing to an interruption: a 
 there (same settings) is not trained again. ``--report`` rebuilds the matrix (rows: trained on;
 columns: evaluated on) in docs/benchmarks.md from those files alone. Not run in CI.
 
+Each file records, per source, the BM25 weight its hybrid index used and why
+(``hybrid_weights``: the weight tuned for the encoder on a library it trained on, its zero-shot
+weight on the left-out one). ``--reevaluate`` brings finished runs up to the current rule without
+training: a model folder saved before ``fit-retriever`` recorded its training libraries is re-tuned
+(deterministic: the same set-aside queries give the same weight, checked) so that it records them,
+and every source whose hybrid weight now differs from the one in the file is evaluated again.
+
     python benchmarks/retriever_mixture.py --budget-minutes 40 --commit           # every run, hours
     python benchmarks/retriever_mixture.py --runs all minus_api_bank --budget-minutes 2 --limit 50   # a smoke run
     python benchmarks/retriever_mixture.py --report
+    python benchmarks/retriever_mixture.py --reevaluate --results benchmarks/results/retriever_mixture_tuned --commit
 """
 from __future__ import annotations
 
@@ -42,13 +50,20 @@ def per_query_rows(index: Any, tasks: list[Any]) -> list[dict[str, Any]]:
              **{f"C@{k}": 100.0 * completeness_at_k(r.ids, t.gold, k) for k in KS}} for t, r in zip(tasks, ranked)]
 
 
-def evaluate_model(model: str | None, sources: list[Any], methods: tuple[str, ...]) -> dict[str, dict[str, list]]:
-    """``{source: {method: per-query rows}}`` of one encoder (``None``: the packaged MiniLM) on every held-out part."""
+def evaluate_model(model: str | None, sources: list[Any], methods: tuple[str, ...],
+                   weights: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, list]]:
+    """``{source: {method: per-query rows}}`` of one encoder (``None``: the packaged MiniLM) on every
+    held-out part; ``weights`` (when given) gets each source's hybrid weight and its origin."""
     from toolgym.retrieval import build_index
 
     out: dict[str, dict[str, list]] = {}
     for s in sources:
-        out[s.name] = {m: per_query_rows(build_index(s.corpus, m, model=model), s.heldout) for m in methods}
+        out[s.name] = {}
+        for m in methods:
+            index = build_index(s.corpus, m, model=model)
+            out[s.name][m] = per_query_rows(index, s.heldout)
+            if m == "hybrid" and weights is not None:
+                weights[s.name] = {"bm25_weight": index.bm25_weight, "from": index.bm25_weight_source}
     return out
 
 
@@ -79,8 +94,9 @@ def run_one(name: str, args: argparse.Namespace, sources: list[Any], settings: d
             return got
         raise SystemExit(f"{path} holds a run with other settings; move it away or use the same ones")
     if name in REFERENCES:
-        rows = evaluate_model(None, sources, ("bm25",) if name == "bm25" else ("dense", "hybrid"))
-        result = {"run": name, "settings": settings, "trained_on": [], "rows": rows}
+        weights: dict[str, dict[str, Any]] = {}
+        rows = evaluate_model(None, sources, ("bm25",) if name == "bm25" else ("dense", "hybrid"), weights)
+        result = {"run": name, "settings": settings, "trained_on": [], "rows": rows, "hybrid_weights": weights}
     else:
         from toolgym.trainers.config import config_yaml
 
@@ -107,16 +123,76 @@ def run_one(name: str, args: argparse.Namespace, sources: list[Any], settings: d
             subprocess.run(cmd, check=True, cwd=ROOT)
         summary = json.loads(summary_path.read_text())
         model_dir = Path(summary["model_dir"])
-        rows = evaluate_model(str(model_dir), sources, ("dense", "hybrid"))
+        weights = {}
+        rows = evaluate_model(str(model_dir), sources, ("dense", "hybrid"), weights)
         result = {"run": name, "settings": settings, "trained_on": [sources[i].name for i in keep],
-                  "weights_sha256": weights_fingerprint(model_dir), "train_summary": summary, "rows": rows}
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result) + "\n")
-    if args.commit:
-        subprocess.run(["git", "add", str(path)], check=True, cwd=ROOT)
-        subprocess.run(["git", "commit", "-q", "-m", f"retriever_mixture: {name} ({settings['budget_minutes']} min)",
-                        "--", str(path)], check=True, cwd=ROOT)
+                  "weights_sha256": weights_fingerprint(model_dir), "train_summary": summary, "rows": rows,
+                  "hybrid_weights": weights}
+    _save(path, result, args.commit, f"retriever_mixture: {name} ({settings['budget_minutes']} min)")
     return result
+
+
+def _save(path: Path, result: dict[str, Any], commit: bool, message: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result) + "\n")
+    if commit:
+        subprocess.run(["git", "add", str(path)], check=True, cwd=ROOT)
+        subprocess.run(["git", "commit", "-q", "-m", message, "--", str(path)], check=True, cwd=ROOT)
+
+
+def recorded_hybrid_weight(result: dict[str, Any], source: str) -> float:
+    """The BM25 weight ``result``'s hybrid rows of ``source`` were measured with (files written before
+    ``hybrid_weights`` existed: the run's one tuned weight, or the packaged model's 0.44)."""
+    from toolgym.retrieval.index import HYBRID_BM25_WEIGHT
+
+    if source in result.get("hybrid_weights", {}):
+        return float(result["hybrid_weights"][source]["bm25_weight"])
+    tuned = result.get("train_summary", {}).get("hybrid_bm25_weight")
+    return HYBRID_BM25_WEIGHT if tuned is None else float(tuned)
+
+
+def reevaluate(path: Path, args: argparse.Namespace, sources: list[Any]) -> list[str]:
+    """Bring one finished run's file up to the current hybrid-weight rule (module docstring); returns
+    the sources evaluated again."""
+    from toolgym.fitting.retriever import FitRetrieverConfig, retune_hybrid_weight
+    from toolgym.retrieval import build_index
+    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE
+    from toolgym.trainers.config import load_config
+
+    result = json.loads(path.read_text())
+    if result["run"] == "bm25":
+        return []
+    model = None
+    if result["run"] != "packaged":
+        model_dir = Path(result["train_summary"]["model_dir"])
+        try:
+            same = model_dir.is_dir() and weights_fingerprint(model_dir) == result["weights_sha256"]
+        except FileNotFoundError:  # a folder without weights
+            same = False
+        if not same:
+            raise SystemExit(f"{path}: its model {model_dir} is not here (or holds other weights); it cannot be re-evaluated")
+        settings_file = model_dir / HYBRID_SETTINGS_FILE
+        if settings_file.exists() and "trained_corpora" not in json.loads(settings_file.read_text()):
+            run_dir = model_dir.parent
+            cfg = load_config(FitRetrieverConfig, run_dir.with_suffix(".yaml"), [f"output_dir={run_dir}", "progress=false"])
+            before = json.loads(settings_file.read_text())["bm25_weight"]
+            after = retune_hybrid_weight(cfg, evaluate=False)["hybrid_bm25_weight"]
+            if after != before:
+                raise SystemExit(f"{model_dir}: re-tuning gave w = {after}, the run had {before}; not the same tuning")
+        model = str(model_dir)
+    redone, weights = [], dict(result.get("hybrid_weights", {}))
+    for s in sources:
+        index = build_index(s.corpus, "hybrid", model=model)
+        weights[s.name] = {"bm25_weight": index.bm25_weight, "from": index.bm25_weight_source}
+        if index.bm25_weight != recorded_hybrid_weight(result, s.name):
+            result["rows"][s.name]["hybrid"] = per_query_rows(index, s.heldout)
+            redone.append(s.name)
+    result["hybrid_weights"] = weights
+    if redone:
+        print(f"{path.name}: hybrid of {', '.join(redone)} evaluated again", flush=True)
+    _save(path, result, args.commit, f"retriever_mixture: {result['run']} re-evaluated at the current hybrid weights"
+          + (f" ({', '.join(redone)})" if redone else " (no change)"))
+    return redone
 
 
 def mean(rows: list[dict[str, Any]], key: str) -> float:
@@ -175,13 +251,16 @@ def report(results: list[dict[str, Any]], results_dir: str | Path = OUT) -> str:
                 cells.append(f"**{cell}**" if zero_shot else cell)
             steps = res.get("train_summary", {}).get("steps")  # runs differ: the budget is wall time
             w = res.get("train_summary", {}).get("hybrid_bm25_weight")  # tuned for this encoder on set-aside queries
-            label = method + (f" (w = {w:g})" if method == "hybrid" and w is not None else "")
+            zero = sorted({v["bm25_weight"] for v in res.get("hybrid_weights", {}).values() if "zero-shot" in v["from"]})
+            label = method + (f" (w = {w:g}" + "".join(f"; zero-shot {z:g}" for z in zero) + ")"
+                              if method == "hybrid" and w is not None else "")
             table.append([res["run"] + (f" ({steps} steps)" if steps is not None else ""), label, *cells])
     s0 = results[0]["settings"]
     budgets = sorted({r["settings"]["budget_minutes"] for r in results if r["run"] not in REFERENCES})
     legend = (f"C@10 / N@5 on each source's held-out part (per-query rows in `{_shown(results_dir)}/`); "
               f"bold: a source the row's model never trained on (zero-shot); hybrid (w = x): the BM25 weight `fit-retriever` "
-              f"tuned for that encoder on set-aside training queries (no w: the packaged model's 0.44). Training budget "
+              f"tuned for that encoder on set-aside training queries, and (zero-shot z) the one it uses on a library it "
+              f"never trained on (no w: the packaged model's 0.44). Training budget "
               f"{' / '.join(f'{b:g}' for b in budgets) or 'none'} min per run, config `{s0['config']}`"
               + (f", {s0['limit']} tasks per source" if s0.get("limit") else "") + ".")
     margins = fusion_margins(results)
@@ -204,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commit", action="store_true", help="git-commit each run's result file when it finishes")
     ap.add_argument("--no-report", action="store_true", help="print the table; leave docs/benchmarks.md alone")
     ap.add_argument("--report", action="store_true", help="only rebuild the table from the result files")
+    ap.add_argument("--reevaluate", action="store_true",
+                    help="re-evaluate finished runs whose hybrid weight the current rule changes (no training)")
     args = ap.parse_args(argv)
     if args.report:
         results = [json.loads(p.read_text()) for p in sorted(Path(args.results).glob("*.json"))]
@@ -220,6 +301,11 @@ def main(argv: list[str] | None = None) -> int:
         print(body)
         return 0
     _, sources = load_mixture(Path(args.config), args.limit)
+    if args.reevaluate:
+        for path in sorted(Path(args.results).glob("*.json")):
+            if not args.runs or path.stem in args.runs:
+                reevaluate(path, args, sources)
+        return main(["--report", "--results", args.results, *(["--no-report"] if args.no_report else [])])
     runs = args.runs or [*REFERENCES, "all", *(f"minus_{s.name}" for s in sources)]
     settings = {"config": str(Path(args.config).relative_to(ROOT)) if Path(args.config).is_absolute() else args.config,
                 "budget_minutes": args.budget_minutes, "limit": args.limit, "sources": [s.name for s in sources]}

@@ -74,3 +74,48 @@ def test_a_tuned_hybrid_is_never_clearly_below_its_better_part():
     for run, by_source in margins.items():
         for source, (m, se) in by_source.items():
             assert m >= -max(1.0, 2 * se), (run, source, m, se)
+
+
+def test_reevaluate_redoes_only_the_sources_whose_hybrid_weight_changed(tmp_path):
+    """A file measured with the encoder's in-domain weight everywhere gets its left-out source's hybrid
+    measured again at the zero-shot weight; the in-domain source's rows are left as they were."""
+    from types import SimpleNamespace
+
+    from _report import weights_fingerprint
+    from toolgym.data.records import Task
+    from toolgym.retrieval.corpus import Tool, ToolCorpus
+    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, minilm_path
+
+    def corpus(name, words):
+        return ToolCorpus([Tool(id=f"{name}{i}", name=w, description=f"Tool to {w}.", category="c")
+                           for i, w in enumerate(words)], name=name)
+
+    a = corpus("a", ["get weather", "convert currency", "book flight"])
+    b = corpus("b", ["send email", "translate text", "read file", "play music"])
+    sources = [SimpleNamespace(name="a", corpus=a, heldout=[Task(id="qa", query="weather today", gold=frozenset({"a0"}))]),
+               SimpleNamespace(name="b", corpus=b, heldout=[Task(id="qb", query="translate this", gold=frozenset({"b1"})),
+                                                            Task(id="qc", query="mail my boss", gold=frozenset({"b0"}))])]
+    model = tmp_path / "run" / "model"
+    model.mkdir(parents=True)
+    for f in minilm_path().iterdir():
+        (model / f.name).symlink_to(f, target_is_directory=f.is_dir())
+    (model / HYBRID_SETTINGS_FILE).write_text(json.dumps(
+        {"bm25_weight": 0.2, "trained_corpora": {"a": a.ids_hash}, "zero_shot_bm25_weight": 0.6}))
+    fake = {"task_id": "old", "C@10": -1.0, "N@5": -1.0}
+    result = {"run": "minus_b", "settings": {"budget_minutes": 1.0, "config": "c.yaml"}, "trained_on": ["a"], "weights_sha256": weights_fingerprint(model),
+              "train_summary": {"model_dir": str(model), "hybrid_bm25_weight": 0.2},
+              "rows": {"a": {"dense": [fake], "hybrid": [fake]}, "b": {"dense": [fake], "hybrid": [fake]}}}
+    path = tmp_path / "minus_b.json"
+    path.write_text(json.dumps(result))
+    args = argparse.Namespace(commit=False)
+    assert rm.reevaluate(path, args, sources) == ["b"]
+    got = json.loads(path.read_text())
+    assert got["rows"]["a"] == result["rows"]["a"] and got["rows"]["b"]["dense"] == [fake]
+    assert [r["task_id"] for r in got["rows"]["b"]["hybrid"]] == ["qb", "qc"]
+    assert got["hybrid_weights"] == {"a": {"bm25_weight": 0.2, "from": "model folder"},
+                                     "b": {"bm25_weight": 0.6, "from": "model folder, zero-shot"}}
+    assert rm.reevaluate(path, args, sources) == []  # already at the current weights
+    assert "hybrid (w = 0.2; zero-shot 0.6)" in rm.report([got])
+    (model / "model.safetensors").unlink()  # another model in the folder: refused, not silently re-measured
+    with pytest.raises(SystemExit, match="cannot be re-evaluated"):
+        rm.reevaluate(path, args, sources)
