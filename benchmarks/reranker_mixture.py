@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -37,15 +36,15 @@ METRICS = ("N@5", "C@10")
 
 
 def paired(rows: list[dict[str, Any]], base: list[dict[str, Any]], key: str) -> tuple[float, float]:
-    """Mean and standard error of the per-query difference ``rows - base`` (in points of %)."""
-    by_id = {r["task_id"]: r[key] for r in base}
-    diffs = [100.0 * (r[key] - by_id[r["task_id"]]) for r in rows]
-    n = len(diffs)
-    if n == 0:
+    """Mean and standard error of the per-query difference ``rows - base`` (in points of %;
+    ``toolgym.evaluation.evaluate.paired_gain``)."""
+    from toolgym.evaluation.evaluate import paired_gain
+
+    if not rows:
         return 0.0, 0.0
-    mean = sum(diffs) / n
-    var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
-    return mean, math.sqrt(var / n)
+    by_id = {r["task_id"]: r[key] for r in base}
+    gain = paired_gain([100.0 * by_id[r["task_id"]] for r in rows], [100.0 * r[key] for r in rows])
+    return gain["gain"], gain["se"]
 
 
 def report(result: dict[str, Any]) -> str:

@@ -215,7 +215,7 @@ def fusion_margins(results: list[dict[str, Any]]) -> dict[str, dict[str, tuple[f
     """Per trained run and source: mean and standard error of the per-query C@10 difference between
     the run's hybrid and the better (by mean) of BM25 (the ``bm25`` reference row) and the run's
     dense index: how far the hybrid sits above or below its better part."""
-    import math
+    from toolgym.evaluation.evaluate import paired_gain
 
     bm25 = next((r for r in results if r["run"] == "bm25"), None)
     out: dict[str, dict[str, tuple[float, float]]] = {}
@@ -228,10 +228,9 @@ def fusion_margins(results: list[dict[str, Any]]) -> dict[str, dict[str, tuple[f
         for src, methods in res["rows"].items():
             parts = [bm25["rows"][src]["bm25"], methods["dense"]]
             best = {r["task_id"]: r["C@10"] for r in max(parts, key=lambda rows: mean(rows, "C@10"))}
-            diffs = [r["C@10"] - best[r["task_id"]] for r in methods["hybrid"]]
-            m = sum(diffs) / len(diffs)
-            var = sum((d - m) ** 2 for d in diffs) / (len(diffs) - 1) if len(diffs) > 1 else 0.0
-            out[res["run"]][src] = (m, math.sqrt(var / len(diffs)))
+            hybrid = methods["hybrid"]
+            gain = paired_gain([best[r["task_id"]] for r in hybrid], [r["C@10"] for r in hybrid])
+            out[res["run"]][src] = (gain["gain"], gain["se"])
     return out
 
 
