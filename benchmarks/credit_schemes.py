@@ -136,7 +136,8 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
         cfg.train.time_budget_s = None
         cfg.train.save_rollouts = True  # for `toolgym replay` (credit per turn type on the same rollouts)
         train(cfg, resume=(run_dir / "checkpoints").is_dir(), progress=not args.no_progress)
-        ev = evaluate(str(run_dir), env_name, args.eval_tasks, run_dir / f"eval_step{step}.json", args.eval_batch)
+        ev = evaluate(str(run_dir), env_name, args.eval_tasks, run_dir / f"eval_step{step}.json", args.eval_batch,
+                      progress=not args.no_progress)
         points.append({"step": step, "mean": ev["mean"], "rows": ev["rows"]})
     metrics = read_metrics(run_dir / "metrics.jsonl")
     result = {"env": env_name, "scheme": scheme, "seed": seed, "settings": settings, "points": points,
@@ -740,7 +741,7 @@ def main(argv: list[str] | None = None) -> int:
     assert get_reward  # imported to register every scheme before the check above
     plan = [(env, s, seed) for env, schemes in wanted.items() for s in schemes for seed in args.seeds]
     warms = {env: evaluate(args.warm_start, env, args.eval_tasks, Path(args.out) / env / "eval_warm.json",
-                           args.eval_batch) for env in wanted}
+                           args.eval_batch, progress=not args.no_progress) for env in wanted}
     fingerprint = weights_fingerprint(args.warm_start)
     for env, warm in warms.items():
         warm["fingerprint"] = fingerprint

@@ -99,7 +99,8 @@ def run_grpo(run: str, warm_start: str, run_dir: Path, budget_s: float, config: 
     return done
 
 
-def evaluate(model_or_policy: Any, env_name: str, n: int, cache: Path | None, batch_size: int = 8) -> dict[str, Any]:
+def evaluate(model_or_policy: Any, env_name: str, n: int, cache: Path | None, batch_size: int = 8,
+             progress: bool = True) -> dict[str, Any]:
     """Per-task greedy evaluation, cached as JSON (an evaluation is the costly part on CPU).
 
     The cache is reused only for the same model, task count and generation settings (a cache of
@@ -117,7 +118,7 @@ def evaluate(model_or_policy: Any, env_name: str, n: int, cache: Path | None, ba
     policy = load_policy(model_or_policy, sampling={"max_new_tokens": env["max_new_tokens"],
                                                      "stop_strings": env["stop_strings"]})
     result = evaluate_per_task(policy, env["id"], {**env["kwargs"], "split": env.get("eval_split", "heldout")}, num_tasks=n,
-                               batch_size=batch_size, max_new_tokens=env["max_new_tokens"])
+                               batch_size=batch_size, max_new_tokens=env["max_new_tokens"], progress=progress)
     result["settings"] = settings
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
