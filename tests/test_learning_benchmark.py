@@ -24,10 +24,11 @@ def test_evaluation_cache_is_reused_only_for_the_same_settings(tmp_path, monkeyp
     import toolgym.evaluation.paired as paired
     import toolgym.trainers.checkpoint as checkpoint
 
-    calls = []
+    calls, shown = [], []
 
-    def fake_eval(policy, env_id, env_kwargs, num_tasks, batch_size, max_new_tokens):
+    def fake_eval(policy, env_id, env_kwargs, num_tasks, batch_size, max_new_tokens, progress):
         calls.append(max_new_tokens)
+        shown.append(progress)
         return {"num_tasks": num_tasks, "rows": [{"task_id": "t", "reward": 1.0}], "mean": {"reward": 1.0}}
 
     monkeypatch.setattr(paired, "evaluate_per_task", fake_eval)
@@ -40,6 +41,8 @@ def test_evaluation_cache_is_reused_only_for_the_same_settings(tmp_path, monkeyp
     learning.evaluate("m", "decompose", 1, cache)
     learning.evaluate("other", "decompose", 1, cache)
     assert calls == [128, 64, 64]  # another token budget, another model: evaluated again
+    learning.evaluate("third", "decompose", 1, cache, progress=False)
+    assert shown == [True, True, True, False]  # --no-progress reaches the evaluation's bars
 
 
 def test_task_rows_keep_old_layout_and_gains_come_from_rows(tmp_path):
