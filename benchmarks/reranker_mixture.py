@@ -15,6 +15,8 @@ from it alone. Not run in CI (about 35 min on 2 cores).
     python benchmarks/reranker_mixture.py            # train (budget from the config), write the table
     python benchmarks/reranker_mixture.py --report   # the table from the result file
     python benchmarks/reranker_mixture.py --from-run # the result file from a finished run folder (no training)
+    python benchmarks/reranker_mixture.py --config configs/fit_reranker_mixture_warm.yaml \
+        --out runs/fit_reranker_mixture_warm --name reranker_mixture_warm   # another recipe, its own file and section
 """
 from __future__ import annotations
 
@@ -94,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", action="store_true", help="only rebuild the table from the result file")
     ap.add_argument("--from-run", action="store_true", help="read a finished --out run folder instead of training")
     ap.add_argument("--no-report", action="store_true", help="print the table; leave docs/benchmarks.md alone")
+    ap.add_argument("--name", default=NAME, help="result file and docs/benchmarks.md section (another recipe: another name)")
     args = ap.parse_args(argv)
-    path = RESULTS / f"{NAME}.json"
+    path = RESULTS / f"{args.name}.json"
     if not args.report:
         run = ROOT / args.out
         if not args.from_run:
@@ -113,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_report:
         print(body)
         return 0
-    write_report(NAME, result, "Reranker: each stage against the list it reorders", body)
+    title = "Reranker: each stage against the list it reorders" + ("" if args.name == NAME else f" (`{result['config']}`)")
+    script = None if args.name == NAME else f"reranker_mixture.py --config {result['config']} --name {args.name}"
+    write_report(args.name, result, title, body, script=script)
     print(body)
     return 0
 
