@@ -69,7 +69,7 @@ def main() -> None:
     pools = index.search_batch([t.query for t in tasks], k=20)
     pairs = [(t.query, texts[i]) for t, r in zip(tasks, pools) for i in r.ids]
     point_batch = [[q for q, _ in pairs[:32]], [d for _, d in pairs[:32]]], torch.tensor([1.0, 0.0] * 16)
-    triples = [[t.query for t in tasks], [texts[t.gold[0]] for t in tasks], [texts[rng.choice(ids)] for _ in tasks]]
+    triples = [[t.query for t in tasks], [texts[min(t.gold)] for t in tasks], [texts[rng.choice(ids)] for _ in tasks]]
 
     rows, first_losses = [], {}
     base_ce = load_reranker("minilm", 128)
