@@ -13,9 +13,10 @@ columns: evaluated on) in docs/benchmarks.md from those files alone. Not run in 
 Each file records, per source, the BM25 weight its hybrid index used and why
 (``hybrid_weights``: the weight tuned for the encoder on a library it trained on, its zero-shot
 weight on the left-out one). ``--reevaluate`` brings finished runs up to the current rule without
-training: a model folder saved before ``fit-retriever`` recorded its training libraries is re-tuned
-(deterministic: the same set-aside queries give the same weight, checked) so that it records them,
-and every source whose hybrid weight now differs from the one in the file is evaluated again.
+training: a model folder saved before ``fit-retriever`` recorded its training libraries, or with
+another zero-shot weight than its config now gives, is re-tuned (deterministic: the same set-aside
+queries give the same weight, checked) so that it records them, and every source whose hybrid
+weight now differs from the one in the file is evaluated again.
 
     python benchmarks/retriever_mixture.py --budget-minutes 40 --commit           # every run, hours
     python benchmarks/retriever_mixture.py --runs all minus_api_bank --budget-minutes 2 --limit 50   # a smoke run
@@ -172,10 +173,12 @@ def reevaluate(path: Path, args: argparse.Namespace, sources: list[Any]) -> list
         if not same:
             raise SystemExit(f"{path}: its model {model_dir} is not here (or holds other weights); it cannot be re-evaluated")
         settings_file = model_dir / HYBRID_SETTINGS_FILE
-        if settings_file.exists() and "trained_corpora" not in json.loads(settings_file.read_text()):
-            run_dir = model_dir.parent
-            cfg = load_config(FitRetrieverConfig, run_dir.with_suffix(".yaml"), [f"output_dir={run_dir}", "progress=false"])
-            before = json.loads(settings_file.read_text())["bm25_weight"]
+        run_dir = model_dir.parent
+        cfg = load_config(FitRetrieverConfig, run_dir.with_suffix(".yaml"), [f"output_dir={run_dir}", "progress=false"])
+        saved = json.loads(settings_file.read_text()) if settings_file.exists() else None
+        if saved is not None and ("trained_corpora" not in saved
+                                  or saved.get("zero_shot_bm25_weight") != cfg.zero_shot_bm25_weight):
+            before = saved["bm25_weight"]
             after = retune_hybrid_weight(cfg, evaluate=False)["hybrid_bm25_weight"]
             if after != before:
                 raise SystemExit(f"{model_dir}: re-tuning gave w = {after}, the run had {before}; not the same tuning")

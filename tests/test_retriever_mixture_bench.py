@@ -101,6 +101,7 @@ def test_reevaluate_redoes_only_the_sources_whose_hybrid_weight_changed(tmp_path
         (model / f.name).symlink_to(f, target_is_directory=f.is_dir())
     (model / HYBRID_SETTINGS_FILE).write_text(json.dumps(
         {"bm25_weight": 0.2, "trained_corpora": {"a": a.ids_hash}, "zero_shot_bm25_weight": 0.6}))
+    (tmp_path / "run.yaml").write_text("zero_shot_bm25_weight: 0.6\n")  # the run's config: the same zero-shot weight
     fake = {"task_id": "old", "C@10": -1.0, "N@5": -1.0}
     result = {"run": "minus_b", "settings": {"budget_minutes": 1.0, "config": "c.yaml"}, "trained_on": ["a"], "weights_sha256": weights_fingerprint(model),
               "train_summary": {"model_dir": str(model), "hybrid_bm25_weight": 0.2},
