@@ -60,12 +60,12 @@ def test_fit_retriever_tiny(seal_slice, tmp_path, capsys):
     assert not np.allclose(tuned.tool_embeddings(), base.tool_embeddings())
     # Its hybrid weight: the tuned one on the library it trained on, the zero-shot one elsewhere.
     settings = json.loads((Path(summary["model_dir"]) / "toolgym_hybrid.json").read_text())
-    assert list(settings["trained_corpora"].values()) == [corpus.ids_hash] and settings["zero_shot_bm25_weight"] == 0.44
+    assert list(settings["trained_corpora"].values()) == [corpus.ids_hash] and settings["zero_shot_bm25_weight"] == 0.35
     own = build_index(corpus, "hybrid", model=summary["model_dir"], cache_dir=tmp_path / "cache")
     assert (own.bm25_weight, own.bm25_weight_source) == (settings["bm25_weight"], "model folder")
     other = ToolCorpus([t for t in corpus.tools][:5], name="a slice: another library")
     zero = build_index(other, "hybrid", model=summary["model_dir"], cache_dir=tmp_path / "cache")
-    assert (zero.bm25_weight, zero.bm25_weight_source) == (0.44, "model folder, zero-shot")
+    assert (zero.bm25_weight, zero.bm25_weight_source) == (0.35, "model folder, zero-shot")
 
 
 @pytest.mark.slow  # loads MiniLM and trains it for a few steps
