@@ -136,7 +136,9 @@ def run_one(name: str, args: argparse.Namespace, sources: list[Any], settings: d
 def _save(path: Path, result: dict[str, Any], commit: bool, message: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result) + "\n")
-    if commit:
+    changed = subprocess.run(["git", "status", "--porcelain", "--", str(path)], capture_output=True, text=True,
+                             cwd=ROOT).stdout.strip() if commit else ""
+    if changed:  # an unchanged file has nothing to commit
         subprocess.run(["git", "add", str(path)], check=True, cwd=ROOT)
         subprocess.run(["git", "commit", "-q", "-m", message, "--", str(path)], check=True, cwd=ROOT)
 
