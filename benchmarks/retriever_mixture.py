@@ -159,7 +159,8 @@ def reevaluate(path: Path, args: argparse.Namespace, sources: list[Any]) -> list
     the sources evaluated again."""
     from toolgym.fitting.retriever import FitRetrieverConfig, retune_hybrid_weight
     from toolgym.retrieval import build_index
-    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE
+    from toolgym.retrieval.index import hybrid_bm25_weight
+    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, read_model_settings
     from toolgym.trainers.config import load_config
 
     result = json.loads(path.read_text())
@@ -174,10 +175,9 @@ def reevaluate(path: Path, args: argparse.Namespace, sources: list[Any]) -> list
             same = False
         if not same:
             raise SystemExit(f"{path}: its model {model_dir} is not here (or holds other weights); it cannot be re-evaluated")
-        settings_file = model_dir / HYBRID_SETTINGS_FILE
         run_dir = model_dir.parent
         cfg = load_config(FitRetrieverConfig, run_dir.with_suffix(".yaml"), [f"output_dir={run_dir}", "progress=false"])
-        saved = json.loads(settings_file.read_text()) if settings_file.exists() else None
+        saved = read_model_settings(model_dir, HYBRID_SETTINGS_FILE, "bm25_weight")
         if saved is not None and ("trained_corpora" not in saved
                                   or saved.get("zero_shot_bm25_weight") != cfg.zero_shot_bm25_weight):
             before = saved["bm25_weight"]
@@ -187,10 +187,10 @@ def reevaluate(path: Path, args: argparse.Namespace, sources: list[Any]) -> list
         model = str(model_dir)
     redone, weights = [], dict(result.get("hybrid_weights", {}))
     for s in sources:
-        index = build_index(s.corpus, "hybrid", model=model)
-        weights[s.name] = {"bm25_weight": index.bm25_weight, "from": index.bm25_weight_source}
-        if index.bm25_weight != recorded_hybrid_weight(result, s.name):
-            result["rows"][s.name]["hybrid"] = per_query_rows(index, s.heldout)
+        w, origin = hybrid_bm25_weight(s.corpus, model)  # what build_index would use, without building it
+        weights[s.name] = {"bm25_weight": w, "from": origin}
+        if w != recorded_hybrid_weight(result, s.name):
+            result["rows"][s.name]["hybrid"] = per_query_rows(build_index(s.corpus, "hybrid", model=model), s.heldout)
             redone.append(s.name)
     result["hybrid_weights"] = weights
     if redone:
@@ -241,6 +241,7 @@ def fusion_margins(results: list[dict[str, Any]]) -> dict[str, dict[str, tuple[f
 
 def report(results: list[dict[str, Any]], results_dir: str | Path = OUT) -> str:
     """The matrix from the run files alone: one row per (run, method), one column per evaluated source."""
+    from toolgym.retrieval.models import ZERO_SHOT
     if not results:
         return "No run yet."
     sources = list(results[0]["rows"])
@@ -255,7 +256,7 @@ def report(results: list[dict[str, Any]], results_dir: str | Path = OUT) -> str:
                 cells.append(f"**{cell}**" if zero_shot else cell)
             steps = res.get("train_summary", {}).get("steps")  # runs differ: the budget is wall time
             w = res.get("train_summary", {}).get("hybrid_bm25_weight")  # tuned for this encoder on set-aside queries
-            zero = sorted({v["bm25_weight"] for v in res.get("hybrid_weights", {}).values() if "zero-shot" in v["from"]})
+            zero = sorted({v["bm25_weight"] for v in res.get("hybrid_weights", {}).values() if v["from"] == ZERO_SHOT})
             label = method + (f" (w = {w:g}" + "".join(f"; zero-shot {z:g}" for z in zero) + ")"
                               if method == "hybrid" and w is not None else "")
             table.append([res["run"] + (f" ({steps} steps)" if steps is not None else ""), label, *cells])

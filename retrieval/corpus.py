@@ -86,6 +86,7 @@ class ToolCorpus:
         self.split_identifiers = bool(split_identifiers)
         self.categories: tuple[str, ...] = tuple(sorted({t.category for t in self.tools if t.category}))
         self._hash: str | None = None
+        self._ids_hash: str | None = None
 
     # -- container protocol -------------------------------------------------------------
     def __len__(self) -> int:
@@ -160,11 +161,13 @@ class ToolCorpus:
     def ids_hash(self) -> str:
         """Stable hash of the tool ids alone, in sorted order: which library this is, whatever its
         text template or tool order (``toolgym fit-retriever`` records it for every corpus it trains on)."""
-        h = hashlib.sha256()
-        for tool_id in sorted(t.id for t in self.tools):
-            h.update(tool_id.encode())
-            h.update(b"\0")
-        return h.hexdigest()[:16]
+        if self._ids_hash is None:
+            h = hashlib.sha256()
+            for tool_id in sorted(t.id for t in self.tools):
+                h.update(tool_id.encode())
+                h.update(b"\0")
+            self._ids_hash = h.hexdigest()[:16]
+        return self._ids_hash
 
     # -- persistence ----------------------------------------------------------------------
     def save_jsonl(self, path: str | Path) -> None:

@@ -351,11 +351,11 @@ class ToolIndex:
         self.identifiers, self.parameters = identifiers, bool(parameters)
         if hybrid_fusion not in HYBRID_FUSIONS:
             raise ValueError(f"hybrid_fusion must be one of {HYBRID_FUSIONS}, got {hybrid_fusion!r}")
-        # None: the weight a fine-tuned encoder folder saved for this corpus, else the packaged model's.
-        saved = hybrid_weight_for(model, corpus.ids_hash) if bm25_weight is None and method == "hybrid" else None
-        self.bm25_weight_source = "given" if bm25_weight is not None else saved[1] if saved is not None else "default"
-        if bm25_weight is None:
-            bm25_weight = HYBRID_BM25_WEIGHT if saved is None else saved[0]
+        if method == "hybrid":
+            bm25_weight, self.bm25_weight_source = hybrid_bm25_weight(corpus, model, bm25_weight)
+        else:
+            self.bm25_weight_source = "given" if bm25_weight is not None else "default"
+            bm25_weight = HYBRID_BM25_WEIGHT if bm25_weight is None else bm25_weight
         self.hybrid_fusion, self.bm25_weight = hybrid_fusion, check_unit_weight("bm25_weight", bm25_weight)
         self._bm25 = _BM25(self.bm25_texts(), show_progress, identifiers) if method in ("bm25", "hybrid") else None
         if method in ("dense", "hybrid"):
@@ -681,6 +681,17 @@ class ToolIndex:
         emb = self.tool_embeddings()
         self._faiss = faiss.IndexFlatIP(emb.shape[1])
         self._faiss.add(emb)
+
+
+def hybrid_bm25_weight(corpus: ToolCorpus, model: str | None, bm25_weight: float | None = None) -> tuple[float, str]:
+    """The BM25 weight a hybrid index over ``corpus`` with encoder ``model`` uses, and where it comes
+    from: ``bm25_weight`` when given (``"given"``); else the weight a fine-tuned ``model`` folder saved
+    for this corpus (:func:`~toolgym.retrieval.models.hybrid_weight_for`: ``"model folder"`` or
+    ``"model folder, zero-shot"``); else ``HYBRID_BM25_WEIGHT`` (``"default"``)."""
+    if bm25_weight is not None:
+        return bm25_weight, "given"
+    saved = hybrid_weight_for(model, corpus.ids_hash)
+    return (HYBRID_BM25_WEIGHT, "default") if saved is None else saved
 
 
 def build_index(

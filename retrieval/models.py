@@ -90,13 +90,24 @@ def check_unit_weight(name: str, value: object) -> float:
     return float(value)
 
 
+def _hybrid_settings(model: str | None) -> tuple[Path, dict] | None:
+    """(path, object) of the hybrid settings file beside a fine-tuned encoder folder, with its
+    ``bm25_weight`` checked; ``None``: no file, or ``model`` is not a folder (e.g. the packaged MiniLM)."""
+    if model is None or model in MINILM_ALIASES or not Path(model).is_dir():
+        return None
+    settings = read_model_settings(model, HYBRID_SETTINGS_FILE, "bm25_weight")
+    if settings is None:
+        return None
+    path = Path(model) / HYBRID_SETTINGS_FILE
+    check_unit_weight(f"{path}: bm25_weight", settings["bm25_weight"])
+    return path, settings
+
+
 def saved_hybrid_bm25_weight(model: str | None) -> float | None:
     """The hybrid BM25 weight tuned for a fine-tuned encoder folder on its own training libraries
     (``None``: none saved, or ``model`` is not a folder, e.g. the packaged MiniLM)."""
-    if model is None or model in MINILM_ALIASES or not Path(model).is_dir():
-        return None
-    value = read_model_setting(model, HYBRID_SETTINGS_FILE, "bm25_weight")
-    return None if value is None else check_unit_weight(f"{Path(model) / HYBRID_SETTINGS_FILE}: bm25_weight", value)
+    found = _hybrid_settings(model)
+    return None if found is None else float(found[1]["bm25_weight"])
 
 
 IN_DOMAIN, ZERO_SHOT = "model folder", "model folder, zero-shot"
@@ -112,13 +123,11 @@ def hybrid_weight_for(model: str | None, corpus_ids_hash: str) -> tuple[float, s
     than on its own, so the weight tuned in-domain leans too far towards it (docs/retrieval.md,
     "Per-encoder weight"). A file without ``trained_corpora`` (written before) gives ``bm25_weight``
     for every corpus. ``None``: no file, or ``model`` is not a folder."""
-    if model is None or model in MINILM_ALIASES or not Path(model).is_dir():
+    found = _hybrid_settings(model)
+    if found is None:
         return None
-    settings = read_model_settings(model, HYBRID_SETTINGS_FILE, "bm25_weight")
-    if settings is None:
-        return None
-    path = Path(model) / HYBRID_SETTINGS_FILE
-    weight = check_unit_weight(f"{path}: bm25_weight", settings["bm25_weight"])
+    path, settings = found
+    weight = float(settings["bm25_weight"])
     trained = settings.get("trained_corpora")
     if trained is None:
         return weight, IN_DOMAIN
