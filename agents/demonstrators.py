@@ -13,10 +13,12 @@ Tool search (``ToolSearch-*``):
   top ``per_search`` ids of every search. Everything it submits appeared in a search result.
 - :class:`RequestSearchDemonstrator`: one search with the request, submit its top ``k`` ids.
 
-Decomposition (``Decompose-*``): the clause splitter (:class:`~toolgym.agents.scripted.ClauseSplitAgent`)
-and :class:`ReferenceSubtaskDemonstrator`, which answers with the dataset's reference subtasks
+Decomposition (``Decompose-*``): the clause splitter (:class:`~toolgym.agents.scripted.ClauseSplitAgent`),
+:class:`ReferenceSubtaskDemonstrator`, which answers with the dataset's reference subtasks
 (UltraTool's plan steps with the tool names stripped by the loader), read from the
-:class:`~toolgym.data.records.Task` objects it is handed explicitly, like the oracle.
+:class:`~toolgym.data.records.Task` objects it is handed explicitly, like the oracle, and
+:class:`WholeRequestDemonstrator`, the null decomposition (the request as its one subtask): listed
+beside the others, it is what a single-intent request keeps where splitting it loses.
 """
 from __future__ import annotations
 
@@ -122,7 +124,25 @@ class ReferenceSubtaskDemonstrator:
         return "\n".join(" ".join(s.split()) for s in self.subtasks)
 
 
-DEMONSTRATORS = ("clauses_top1", "clauses_top2", "clauses_top1_cat", "clauses_top1_req", "request_top3", "clauses", "reference")
+class WholeRequestDemonstrator:
+    """For the decomposition envs: the latest request, unsplit, as the one subtask.
+
+    Its reward is the raw request's own (no gain) wherever the request is the whole context, so
+    with ``toolgym demos --agent request,reference,clauses`` a split is kept only where it beats
+    not splitting, and a policy warm-started on the episodes sees when to leave a request whole.
+    """
+
+    name = "request"
+
+    def reset(self, obs: str, info: dict[str, Any]) -> None:
+        self.query = " ".join(str(info["query"]).split())
+
+    def act(self, obs: str, info: dict[str, Any]) -> str:
+        return self.query
+
+
+DEMONSTRATORS = ("clauses_top1", "clauses_top2", "clauses_top1_cat", "clauses_top1_req", "request_top3", "clauses",
+                 "reference", "request")
 
 
 def make_demonstrator(name: str) -> Any:
@@ -142,4 +162,6 @@ def make_demonstrator(name: str) -> Any:
         return ClauseSplitAgent()
     if name == "reference":
         return ReferenceSubtaskDemonstrator()
+    if name == "request":
+        return WholeRequestDemonstrator()
     raise ValueError(f"unknown demonstrator {name!r}; choose one of {DEMONSTRATORS}")

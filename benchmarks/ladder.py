@@ -56,8 +56,13 @@ def mixture_heldout_data(config: str | Path, limit: int | None, seed: int = 0) -
 
 def dataset_markdown(name: str, res: dict) -> str:
     """One dataset's heading and table, from its entry in the payload (re-rendered by the docs check)."""
-    return (f"**{name}** ({res['queries']} of {res['of']} queries; {res['note']}; {res['wall_s']:.0f} s)\n\n"
-            + ladder_markdown(res))
+    table = (f"**{name}** ({res['queries']} of {res['of']} queries; {res['note']}; {res['wall_s']:.0f} s)\n\n"
+             + ladder_markdown(res))
+    if res.get("paired"):  # runs since paired differences were kept
+        table += (f"\n\nPaired differences over `{res['first_stage']}` (points, ± se): "
+                  + "; ".join(f"{label}: " + ", ".join(f"{k} {d['gain']:+.1f} ± {d['se']:.1f}" for k, d in m.items())
+                              for label, m in res["paired"].items()))
+    return table
 
 
 def main() -> None:

@@ -190,7 +190,10 @@ def run_ladder(
         clauses = rung("+ decomposition (clause splitter)", first, decompose="clauses", reranker=reranker, topk="dynamic")
         rungs["+ decomposition (clause splitter)"]["clauses_per_query"] = sum(len(_clauses(t)) for t in tasks) / len(tasks)
         if decomposer:
-            rungs["+ decomposition (trained policy)"] = decomposer_rung(data, decomposer, log)
+            # the policy's subtasks are retrieved with the best untrained-or-trained hybrid, as clauses are
+            options = {"model": retriever_model} if retriever_model else {}
+            rungs["+ decomposition (trained policy)"], per_query["+ decomposition (trained policy)"] = \
+                decomposer_rung(data, decomposer, log, retriever="hybrid", retriever_options=options)
         else:
             rungs["+ decomposition (trained policy)"] = {"status": NOT_TRAINED}
         rungs["+ dynamic top-K (Alg. 2)"] = {key: float(clauses[key]) for key in ("K", "C@K", "P@K", "R@K", "F1@K")}
@@ -202,7 +205,36 @@ def run_ladder(
                         if v is first), "?")
     return {"dataset": data.name, "queries": len(tasks), "of": data.total, "note": data.note, "depth": depth,
             "first_stage": first_label, "rungs": rungs, "per_query": per_query,
+            "paired": paired_over(per_query, first_label),
             "seconds": timing, "reranker_run": {k: summary.get(k) for k in ("steps", "budget_minutes", "retriever")} if summary else None}
+
+
+PAIRED_KEYS = ("C@10", "N@5")
+
+
+def paired_over(per_query: dict[str, list[dict[str, Any]]], base: str) -> dict[str, dict[str, dict[str, float]]]:
+    """Each rung stacked on the first stage ``base`` (rerank, decomposition) against it on the same
+    queries: ``{rung: {metric: {"gain", "se"}}}`` in points (100 x the paired mean and its standard
+    error, :func:`~toolgym.evaluation.evaluate.paired_gain`); the trained decomposer also against
+    the clause splitter (key ``"<policy rung> vs clause splitter"``)."""
+    from toolgym.evaluation.evaluate import paired_gain
+
+    def diff(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+        assert [r["task_id"] for r in before] == [r["task_id"] for r in after]
+        out = {}
+        for key in PAIRED_KEYS:
+            g = paired_gain([r[key] for r in before], [r[key] for r in after])
+            out[key] = {"gain": 100 * g["gain"], "se": 100 * g["se"]}
+        return out
+
+    if base not in per_query:
+        return {}
+    stacked = [label for label in per_query if label.startswith("+ ") and all(k in per_query[label][0] for k in PAIRED_KEYS)]
+    out = {label: diff(per_query[base], per_query[label]) for label in stacked}
+    policy, clauses = "+ decomposition (trained policy)", "+ decomposition (clause splitter)"
+    if policy in out and clauses in per_query:
+        out[f"{policy} vs clause splitter"] = diff(per_query[clauses], per_query[policy])
+    return out
 
 
 def _clauses(task: Task) -> list[str]:
@@ -211,9 +243,12 @@ def _clauses(task: Task) -> list[str]:
     return split_into_clauses(task.context_text())
 
 
-def decomposer_rung(data: LadderData, decomposer: str, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """A trained decomposition policy on ``toolgym/Decompose-v0`` over the ladder's tasks: the
-    env's fused list (BM25 per subtask, round robin, top 10) as N@5 / C@10."""
+def decomposer_rung(data: LadderData, decomposer: str, log: Callable[[str], None] = print, *,
+                    retriever: str = "bm25", retriever_options: dict[str, Any] | None = None,
+                    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A trained decomposition policy on ``toolgym/Decompose-v0`` over the ladder's tasks, greedy:
+    the env's fused list (``retriever`` per subtask, round robin, top 10) as N@5 / C@10, with the
+    mean number of subtasks; and each query's row (fractions, like the other rungs')."""
     from toolgym.envs import register_dataset
     from toolgym.evaluation.evaluate import evaluate_policy
 
@@ -221,10 +256,15 @@ def decomposer_rung(data: LadderData, decomposer: str, log: Callable[[str], None
     register_dataset(name, data.corpus, data.tasks)
     t0 = time.perf_counter()
     res = evaluate_policy(decomposer, "toolgym/Decompose-v0", split=None, num_tasks=None,
-                          env_kwargs={"dataset": name, "min_gold": 1}, progress=False)
-    out = {"N@5": float(res["N@5"]), "C@10": float(res["C@10"]), "note": "env's BM25 list per subtask, top 10"}
+                          env_kwargs={"dataset": name, "min_gold": 1, "retriever": retriever,
+                                      "retriever_options": dict(retriever_options or {})}, progress=False)
+    which = retriever + (" + fine-tuned" if (retriever_options or {}).get("model") else "")
+    out = {"N@5": float(res["N@5"]), "C@10": float(res["C@10"]),
+           "subtasks_per_query": sum(row["subtasks"] for row in res["per_task"].values()) / len(res["per_task"]),
+           "note": f"the env's {which} list per subtask, round robin, top 10"}
+    rows = [{"task_id": t.id, **{k: res["per_task"][t.id][k] for k in ("N@5", "C@10", "subtasks")}} for t in data.tasks]
     log(f"{data.name} + decomposition (trained policy): {_fmt(out)} ({time.perf_counter() - t0:.0f} s)")
-    return out
+    return out, rows
 
 
 def _fmt(m: dict[str, Any]) -> str:
@@ -243,6 +283,8 @@ def ladder_rows(result: dict[str, Any]) -> list[list[str]]:
         note = m.get("note", "")
         if "clauses_per_query" in m:
             note = f"{m['clauses_per_query']:.2f} clauses per query"
+        if "subtasks_per_query" in m:
+            note = f"{m['subtasks_per_query']:.2f} subtasks per query; {note}"
         rows.append([label, *cell, *dyn, note])
     return rows
 

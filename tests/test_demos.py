@@ -138,3 +138,44 @@ def test_demos_help_lists_every_demonstrator():
     for name in DEMONSTRATORS:
         make_demonstrator(name)  # each listed name is one the factory accepts
         assert re.search(rf"\b{name}\b", help_text), name
+
+
+def test_whole_request_demonstrator_is_the_null_decomposition(seal):
+    from toolgym.envs.decomposition import DecompositionEnv
+    from toolgym.evaluation.evaluate import run_episode
+
+    task = next(t for t in seal.tasks if len(t.gold) >= 2 and not t.messages)
+    env = DecompositionEnv(seal.corpus, [task])
+    traj, reward = run_episode(env, make_demonstrator("request"), task)
+    assert traj.subtasks == [" ".join(task.query.split())]
+    assert reward == 0.0  # the fused list of one subtask equal to the raw context is the raw list
+
+
+def test_mixture_demos_come_from_each_sources_training_part_only(tmp_path, capsys):
+    from toolgym.cli.main import main
+    from toolgym.fitting.common import load_sources
+    from toolgym.fitting.retriever import FitRetrieverConfig
+    from toolgym.trainers.config import load_config
+
+    config = tmp_path / "mix.yaml"
+    config.write_text("output_dir: unused\nsources:\n"
+                      "  - {dataset: seal_tools, train_split: train, eval_split: heldout}\n"
+                      "  - {dataset: api_bank, heldout_fraction: 0.2}\n")
+    out = tmp_path / "demos.jsonl"
+    rc = main(["demos", "toolgym/Decompose-v0", "--agent", "request,reference,clauses", "--mixture", str(config),
+               "--limit", "6", "--env-kwargs", '{"min_gold": 1}', "--out", str(out), "--no-progress"])
+    assert rc == 0
+    stats = json.loads((tmp_path / "demos.jsonl.stats.json").read_text())
+    assert set(stats["sources"]) == {"mixture:seal_tools", "mixture:api_bank"}
+    assert stats["tasks"] == 12 and all(s["tasks"] == 6 for s in stats["sources"].values())
+    groups = read_rollouts(out)
+    assert len(groups) == stats["kept"] == sum(stats["kept_by_agent"].values())
+    sources = {s.name: s for s in load_sources(load_config(FitRetrieverConfig, config))}
+    held = {t.id for s in sources.values() for t in s.heldout}
+    train = {t.id for s in sources.values() for t in s.train}
+    assert all(task.id in train and task.id not in held for task, _ in groups)
+    # the null decomposition is listed first, so it wins every tie: single-intent API-Bank turns keep it
+    assert stats["sources"]["mixture:api_bank"]["kept_by_agent"].get("request", 0) > 0
+    assert "mixture:api_bank: kept" in capsys.readouterr().out
+    assert main(["demos", "toolgym/Decompose-v0", "--agent", "request", "--mixture", str(config),
+                 "--env-kwargs", '{"dataset": "seal_tools"}', "--out", str(out)]) == 2

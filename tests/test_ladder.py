@@ -135,8 +135,13 @@ def test_trained_decomposer_rung_runs_the_policy_on_the_ladder_tasks():
     from toolgym.evaluation.ladder import decomposer_rung
 
     data = load_ladder_data("metatool_multi", limit=3)
-    out = decomposer_rung(data, "tiny-llama", log=lambda m: None)
+    out, rows = decomposer_rung(data, "tiny-llama", log=lambda m: None, retriever="hybrid")
     assert 0 <= out["N@5"] <= 100 and 0 <= out["C@10"] <= 100
+    # one row per ladder query, in order; the rung is 100 x their mean, like every other rung
+    assert [r["task_id"] for r in rows] == [t.id for t in data.tasks]
+    assert out["C@10"] == pytest.approx(100 * sum(r["C@10"] for r in rows) / len(rows))
+    assert out["subtasks_per_query"] == pytest.approx(sum(r["subtasks"] for r in rows) / len(rows))
+    assert "hybrid list per subtask" in out["note"]
 
 
 def test_mixture_heldout_ladder_is_each_sources_heldout_part_never_trained_on(tmp_path):
@@ -166,3 +171,28 @@ def test_mixture_heldout_ladder_is_each_sources_heldout_part_never_trained_on(tm
     assert [len(d.tasks) for d in capped] == [30, 30] and capped[0].total == 100
     order = {t.id: i for i, t in enumerate(full[1].tasks)}
     assert [order[t.id] for t in capped[1].tasks] == sorted(order[t.id] for t in capped[1].tasks)
+
+
+def test_paired_over_the_first_stage_on_hand_computed_rows():
+    from toolgym.evaluation.ladder import paired_over
+
+    def rows(c10, n5):
+        return [{"task_id": f"t{i}", "C@10": c, "N@5": n} for i, (c, n) in enumerate(zip(c10, n5))]
+
+    per_query = {
+        "hybrid (BM25 + fine-tuned)": rows([1, 0, 0, 1], [0.5, 0.0, 0.2, 1.0]),
+        "+ decomposition (clause splitter)": rows([1, 1, 0, 1], [0.5, 0.4, 0.2, 1.0]),
+        "+ decomposition (trained policy)": rows([1, 1, 1, 0], [0.5, 0.4, 0.6, 0.0]),
+        "+ dynamic top-K (Alg. 2)": [{"task_id": f"t{i}", "K": 10} for i in range(4)],
+    }
+    out = paired_over(per_query, "hybrid (BM25 + fine-tuned)")
+    assert set(out) == {"+ decomposition (clause splitter)", "+ decomposition (trained policy)",
+                        "+ decomposition (trained policy) vs clause splitter"}
+    # clauses: d = (0, 1, 0, 0): mean 0.25, sd sqrt(((.25)^2*3 + .75^2) / 3) = 0.5, se 0.5 / 2 = 0.25
+    assert out["+ decomposition (clause splitter)"]["C@10"] == pytest.approx({"gain": 25.0, "se": 25.0})
+    # policy vs clauses, C@10: d = (0, 0, 1, -1): mean 0, sd sqrt(2/3), se sqrt(2/3)/2
+    assert out["+ decomposition (trained policy) vs clause splitter"]["C@10"]["gain"] == pytest.approx(0.0)
+    assert out["+ decomposition (trained policy) vs clause splitter"]["C@10"]["se"] == pytest.approx(100 * (2 / 3) ** 0.5 / 2)
+    # policy N@5 over the base: d = (0, .4, .4, -1): mean -0.05
+    assert out["+ decomposition (trained policy)"]["N@5"]["gain"] == pytest.approx(-5.0)
+    assert paired_over(per_query, "BM25") == {}

@@ -45,6 +45,15 @@ def _quantiles(values: Sequence[float]) -> dict[str, float]:
             "median": float(np.median(arr)), "p75": float(np.quantile(arr, 0.75)), "max": float(arr.max())}
 
 
+def kept_reward_stats(kept: Sequence[float]) -> tuple[dict[str, float], dict[str, int]]:
+    """Quantiles of the kept episodes' rewards and a 5-bin histogram (bin's lower edge -> count)."""
+    histogram: dict[str, int] = {}
+    if len(kept):
+        counts, edges = np.histogram(kept, bins=5)
+        histogram = {f"{lo:.2f}": int(c) for lo, c in zip(edges[:-1], counts)}
+    return _quantiles(kept), histogram
+
+
 def collect_demos(env_id: str, agents: Sequence[str], *, split: str | None = "train", min_reward: float = 0.0,
                   limit: int | None = None, env_kwargs: dict[str, Any] | None = None, seed: int = 0,
                   progress: bool = True) -> tuple[list[tuple[Task, list[Trajectory]]], dict[str, Any]]:
@@ -106,12 +115,9 @@ def collect_demos(env_id: str, agents: Sequence[str], *, split: str | None = "tr
         kept_by_agent[best[2]] = kept_by_agent.get(best[2], 0) + 1
     env.close()
     kept = [g[1][0].env_reward for g in groups]
-    histogram: dict[str, int] = {}
-    if kept:
-        counts, edges = np.histogram(kept, bins=5)
-        histogram = {f"{lo:.2f}": int(c) for lo, c in zip(edges[:-1], counts)}  # bin's lower edge -> count
+    kept_quantiles, histogram = kept_reward_stats(kept)
     stats = {"env_id": env_id, "agents": list(agents), "split": split, "min_reward": min_reward,
              "env_kwargs": env_kwargs or {}, "tasks": len(tasks), "kept": len(groups), "dropped_tasks": dropped,
-             "kept_by_agent": kept_by_agent, "reward_all_episodes": _quantiles(all_rewards), "reward_kept": _quantiles(kept),
+             "kept_by_agent": kept_by_agent, "reward_all_episodes": _quantiles(all_rewards), "reward_kept": kept_quantiles,
              "reward_kept_histogram": histogram, "per_task": per_task}
     return groups, stats
