@@ -17,7 +17,7 @@ Decomposition (``Decompose-*``): the clause splitter (:class:`~toolgym.agents.sc
 :class:`ReferenceSubtaskDemonstrator`, which answers with the dataset's reference subtasks
 (UltraTool's plan steps with the tool names stripped by the loader), read from the
 :class:`~toolgym.data.records.Task` objects it is handed explicitly, like the oracle, and
-:class:`WholeRequestDemonstrator`, the null decomposition (the request as its one subtask): listed
+:class:`WholeRequestDemonstrator`, the null decomposition (the raw request, history included, as its one subtask): listed
 beside the others, it is what a single-intent request keeps where splitting it loses.
 """
 from __future__ import annotations
@@ -125,20 +125,31 @@ class ReferenceSubtaskDemonstrator:
 
 
 class WholeRequestDemonstrator:
-    """For the decomposition envs: the latest request, unsplit, as the one subtask.
+    """For the decomposition envs: the null decomposition, the raw request as the one subtask.
 
-    Its reward is the raw request's own (no gain) wherever the request is the whole context, so
-    with ``toolgym demos --agent request,reference,clauses`` a split is kept only where it beats
-    not splitting, and a policy warm-started on the episodes sees when to leave a request whole.
+    The raw request is :meth:`Task.context_text` (earlier turns, then the request, one line): the
+    words the env retrieves with for the reward's baseline, so this episode's reward is exactly 0.
+    Listed first in ``toolgym demos --agent request,reference,clauses`` it wins every tie, so a split
+    is kept only where it beats not splitting, and a policy warm-started on the episodes sees when
+    to leave a request whole. The latest request alone would not do: in a dialogue it drops the
+    history the raw retrieval has. The tasks come bound from the env, as for the reference
+    demonstrator; without them the latest request (``info["query"]``) is the answer.
     """
 
     name = "request"
 
+    def __init__(self) -> None:
+        self.tasks: dict[str, Task] = {}
+
+    def bind_env(self, env: Any) -> None:
+        self.tasks.update({t.id: t for t in env.tasks})
+
     def reset(self, obs: str, info: dict[str, Any]) -> None:
-        self.query = " ".join(str(info["query"]).split())
+        task = self.tasks.get(str(info.get("task_id")))
+        self.answer = task.context_text() if task is not None else " ".join(str(info["query"]).split())
 
     def act(self, obs: str, info: dict[str, Any]) -> str:
-        return self.query
+        return self.answer
 
 
 DEMONSTRATORS = ("clauses_top1", "clauses_top2", "clauses_top1_cat", "clauses_top1_req", "request_top3", "clauses",

@@ -251,13 +251,15 @@ def decomposer_rung(data: LadderData, decomposer: str, log: Callable[[str], None
     mean number of subtasks; and each query's row (fractions, like the other rungs')."""
     from toolgym.envs import register_dataset
     from toolgym.evaluation.evaluate import evaluate_policy
+    from toolgym.retrieval.models import quiet_weight_loading
 
     name = f"ladder:{data.name}"
     register_dataset(name, data.corpus, data.tasks)
     t0 = time.perf_counter()
-    res = evaluate_policy(decomposer, "toolgym/Decompose-v0", split=None, num_tasks=None,
-                          env_kwargs={"dataset": name, "min_gold": 1, "retriever": retriever,
-                                      "retriever_options": dict(retriever_options or {})}, progress=False)
+    with quiet_weight_loading():  # the ladder prints one line per rung, no loading bar
+        res = evaluate_policy(decomposer, "toolgym/Decompose-v0", split=None, num_tasks=None,
+                              env_kwargs={"dataset": name, "min_gold": 1, "retriever": retriever,
+                                          "retriever_options": dict(retriever_options or {})}, progress=False)
     which = retriever + (" + fine-tuned" if (retriever_options or {}).get("model") else "")
     out = {"N@5": float(res["N@5"]), "C@10": float(res["C@10"]),
            "subtasks_per_query": sum(row["subtasks"] for row in res["per_task"].values()) / len(res["per_task"]),

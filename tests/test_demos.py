@@ -144,11 +144,21 @@ def test_whole_request_demonstrator_is_the_null_decomposition(seal):
     from toolgym.envs.decomposition import DecompositionEnv
     from toolgym.evaluation.evaluate import run_episode
 
-    task = next(t for t in seal.tasks if len(t.gold) >= 2 and not t.messages)
-    env = DecompositionEnv(seal.corpus, [task])
-    traj, reward = run_episode(env, make_demonstrator("request"), task)
-    assert traj.subtasks == [" ".join(task.query.split())]
-    assert reward == 0.0  # the fused list of one subtask equal to the raw context is the raw list
+    base = next(t for t in seal.tasks if len(t.gold) >= 2 and not t.messages)
+    # a dialogue: the raw request the env retrieves with holds the earlier turn too
+    dialogue = Task(id="dlg", query="And also the second one, please.", gold=base.gold,
+                    messages=({"role": "user", "content": base.query},))
+    for task in (base, dialogue):
+        env = DecompositionEnv(seal.corpus, [task])
+        demo = make_demonstrator("request")
+        demo.bind_env(env)
+        traj, reward = run_episode(env, demo, task)
+        assert traj.subtasks == [task.context_text()]
+        assert reward == 0.0  # one subtask equal to the raw context retrieves the raw list
+    assert base.query in dialogue.context_text()
+    unbound = make_demonstrator("request")  # no tasks bound: the latest request
+    unbound.reset("", {"task_id": "x", "query": "  book   a table "})
+    assert unbound.act("", {}) == "book a table"
 
 
 def test_mixture_demos_come_from_each_sources_training_part_only(tmp_path, capsys):
