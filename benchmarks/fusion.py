@@ -25,7 +25,6 @@ N@5, N@1 per system) are kept in the JSON, and every mean in the tables is recom
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from collections.abc import Sequence
@@ -61,10 +60,9 @@ METRICS = ("C@10", "N@5", "N@1")
 
 def seeded_sample(tasks: Sequence[Task], cap: int | None, seed: int = SEED) -> list[Task]:
     """At most ``cap`` tasks, a seeded sample kept in input order (all of them when fewer)."""
-    tasks = list(tasks)
-    if cap is None or len(tasks) <= cap:
-        return tasks
-    return [tasks[i] for i in sorted(random.Random(seed).sample(range(len(tasks)), cap))]
+    from toolgym.data.training_data import seeded_sample as sample
+
+    return sample(tasks, cap, seed)
 
 
 def dataset_parts(name: str):

@@ -39,17 +39,14 @@ def mixture_heldout_data(config: str | Path, limit: int | None, seed: int = 0) -
     """One ladder dataset per source of a fit-retriever mixture config: its held-out part (a seeded
     sample of ``limit`` when larger), which no source of that mixture trains on (``load_sources``
     checks it)."""
-    import random
-
+    from toolgym.data.training_data import seeded_sample
     from toolgym.fitting.common import load_sources
     from toolgym.fitting.retriever import FitRetrieverConfig
     from toolgym.trainers.config import load_config
 
     out = []
     for s in load_sources(load_config(FitRetrieverConfig, config)):
-        tasks = list(s.heldout)
-        if limit is not None and 0 < limit < len(tasks):
-            tasks = [tasks[i] for i in sorted(random.Random(seed).sample(range(len(tasks)), limit))]
+        tasks = seeded_sample(s.heldout, limit, seed)
         out.append(LadderData(s.name, s.corpus, tasks, len(s.heldout), f"held-out part of `{config}` (never trained on)"))
     return out
 

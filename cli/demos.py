@@ -79,8 +79,7 @@ def collect_mixture_demos(env_id: str, agents: list[str], config: str, *, min_re
     """:func:`collect_demos` on each source's training part of a fit config (registered as dataset
     ``mixture:<source>``), ``limit`` tasks per source sampled with ``seed``. ``stats`` sums the
     counts and keeps each source's own under ``sources``."""
-    import random
-
+    from toolgym.data.training_data import seeded_sample
     from toolgym.envs import register_dataset
     from toolgym.fitting.common import load_sources
     from toolgym.fitting.retriever import FitRetrieverConfig
@@ -93,9 +92,7 @@ def collect_mixture_demos(env_id: str, agents: list[str], config: str, *, min_re
     stats: dict[str, Any] = {"tasks": 0, "kept": 0, "kept_by_agent": {}, "dropped_tasks": {}, "sources": {}}
     kept: list[float] = []
     for source in load_sources(cfg):
-        tasks = list(source.train)
-        if limit is not None and 0 < limit < len(tasks):
-            tasks = [tasks[i] for i in sorted(random.Random(seed).sample(range(len(tasks)), limit))]
+        tasks = seeded_sample(source.train, limit, seed)
         name = f"mixture:{source.name}"
         register_dataset(name, source.corpus, tasks)
         got, sub = collect_demos(env_id, agents, split=None, min_reward=min_reward, limit=None,
@@ -105,9 +102,8 @@ def collect_mixture_demos(env_id: str, agents: list[str], config: str, *, min_re
         stats["sources"][name] = sub
         stats["tasks"] += sub["tasks"]
         stats["kept"] += sub["kept"]
-        for key, field in (("kept_by_agent", "kept_by_agent"), ("dropped_tasks", "dropped_tasks")):
-            for k, v in sub[field].items():
+        for key in ("kept_by_agent", "dropped_tasks"):
+            for k, v in sub[key].items():
                 stats[key][k] = stats[key].get(k, 0) + v
     stats["reward_kept"], stats["reward_kept_histogram"] = kept_reward_stats(kept)
     return groups, stats
-

@@ -25,6 +25,15 @@ from toolgym.data.records import Task
 from toolgym.retrieval.corpus import ToolCorpus
 
 
+def seeded_sample(tasks: Sequence[Task], cap: int | None, seed: int = 0) -> list[Task]:
+    """At most ``cap`` tasks: a sample drawn with ``seed``, kept in input order (all of them when
+    ``cap`` is ``None``, not positive, or at least their number)."""
+    tasks = list(tasks)
+    if cap is None or not 0 < cap < len(tasks):
+        return tasks
+    return [tasks[i] for i in sorted(random.Random(seed).sample(range(len(tasks)), cap))]
+
+
 def split_tasks(tasks: Sequence[Task], heldout_fraction: float, seed: int = 0) -> tuple[list[Task], list[Task]]:
     """Deterministic (train, held-out) partition: a ``random.Random(seed)`` sample of the ids, sorted.
 

@@ -17,7 +17,6 @@ both call :func:`run_ladder`.
 from __future__ import annotations
 
 import json
-import random
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -90,10 +89,9 @@ def load_ladder_data(name: str, limit: int | None = DEFAULT_LIMIT, seed: int = 0
             from toolgym.data.training_data import check_disjoint
 
             check_disjoint(load_dataset("seal_tools", split="train").tasks, tasks)
-    total = len(tasks)
-    if limit is not None and 0 < limit < total:
-        tasks = [tasks[i] for i in sorted(random.Random(seed).sample(range(total), limit))]
-    return LadderData(name, corpus, tasks, total, spec.note)
+    from toolgym.data.training_data import seeded_sample
+
+    return LadderData(name, corpus, seeded_sample(tasks, limit, seed), len(tasks), spec.note)
 
 
 def reranker_stages(reranker_model: str | None) -> tuple[list[tuple[str, str]], dict[str, Any]]:
