@@ -11,6 +11,10 @@ Tool search (``ToolSearch-*``):
   (:func:`~toolgym.retrieval.decompose.split_into_clauses`; the whole request when it does not
   split), optionally with the category whose name overlaps the clause most, then submits the
   top ``per_search`` ids of every search. Everything it submits appeared in a search result.
+  Its variants (name flags) vary the *queries* the same task gets: ``rev`` searches the clauses
+  last first, ``kw`` sends each clause's content words only (:func:`keyword_query`). Recorded
+  side by side (``toolgym demos --per-task K``), they give a warm start several ways to search
+  one request, so GRPO's sampled rollouts of a task do not all send the same queries.
 - :class:`RequestSearchDemonstrator`: one search with the request, submit its top ``k`` ids.
 
 Decomposition (``Decompose-*``): the clause splitter (:class:`~toolgym.agents.scripted.ClauseSplitAgent`),
@@ -34,16 +38,22 @@ class ClauseSearchDemonstrator:
     top ``per_search`` ids of each search, in order, without duplicates.
 
     ``use_category``: add the best-overlapping category when the env's schema offers one
-    (``category_mode`` optional or required; required always gets one).
+    (``category_mode`` optional or required; required always gets one). ``with_request``: search
+    the whole request first. ``reverse``: the clauses last first. ``keywords``: each clause's
+    content words only (:func:`keyword_query`).
     """
 
-    def __init__(self, per_search: int = 1, use_category: bool = False, with_request: bool = False):
+    def __init__(self, per_search: int = 1, use_category: bool = False, with_request: bool = False,
+                 reverse: bool = False, keywords: bool = False):
         if per_search < 1:
             raise ValueError(f"per_search must be >= 1, got {per_search}")
         self.per_search = per_search
         self.use_category = use_category
         self.with_request = with_request
-        self.name = f"clauses_top{per_search}" + ("_cat" if use_category else "") + ("_req" if with_request else "")
+        self.reverse = reverse
+        self.keywords = keywords
+        flags = [f for f, on in (("cat", use_category), ("req", with_request), ("rev", reverse), ("kw", keywords)) if on]
+        self.name = "_".join([f"clauses_top{per_search}", *flags])
 
     def reset(self, obs: str, info: dict[str, Any]) -> None:
         from toolgym.retrieval.decompose import split_into_clauses
@@ -53,8 +63,13 @@ class ClauseSearchDemonstrator:
         mode = info.get("category_mode", "off")
         self.categories = _categories_from_info(info) if mode != "off" and (self.use_category or mode == "required") else []
         budget = max(1, int(info.get("max_turns", 8)) - 1)  # keep the last turn for the submit
-        queries = ([query] if self.with_request else []) + split_into_clauses(query)
-        self.queries = [_shorten(q) for q in queries][:budget] or [_shorten(query)]
+        clauses = split_into_clauses(query)
+        if self.reverse:
+            clauses = clauses[::-1]
+        if self.keywords:
+            clauses = [keyword_query(c) for c in clauses]
+        queries = ([query] if self.with_request else []) + clauses
+        self.queries = [_shorten(q) for q in queries if q.strip()][:budget] or [_shorten(query)]
         self.results: list[list[str]] = []
 
     def act(self, obs: str, info: dict[str, Any]) -> str:
@@ -71,6 +86,25 @@ class ClauseSearchDemonstrator:
                 if tool_id not in chosen:
                     chosen.append(tool_id)
         return format_submit(chosen, self.protocol)
+
+
+# Function words a search engine gains nothing from; kept short on purpose (the clause's own
+# content words carry the intent, and BM25 already down-weights frequent words).
+_FUNCTION_WORDS = frozenset(
+    "a an the and or but if then so to of in on at by for from with about into over after before as is are was were "
+    "be been being do does did can could would should will shall may might must i me my we our you your he she it "
+    "its they them their this that these those there here what which who whom whose when where why how please "
+    "just some any all also too very need want like help let know tell give get find show".split())
+
+
+def keyword_query(text: str, max_chars: int = 4096) -> str:
+    """``text`` without function words (its content words, in order); ``text`` itself when nothing is left.
+
+    Linear in ``text`` (capped at ``max_chars`` first): one split, one set look-up per word.
+    """
+    words = text[:max_chars].split()
+    kept = [w for w in words if w.strip(".,;:!?\"'()").lower() not in _FUNCTION_WORDS]
+    return " ".join(kept) if kept else " ".join(words)
 
 
 class RequestSearchDemonstrator:
@@ -152,8 +186,9 @@ class WholeRequestDemonstrator:
         return self.answer
 
 
-DEMONSTRATORS = ("clauses_top1", "clauses_top2", "clauses_top1_cat", "clauses_top1_req", "request_top3", "clauses",
-                 "reference", "request")
+DEMONSTRATORS = ("clauses_top1", "clauses_top2", "clauses_top1_cat", "clauses_top1_req", "clauses_top1_rev",
+                 "clauses_top1_kw", "request_top3", "clauses", "reference", "request")
+CLAUSE_FLAGS = ("cat", "req", "rev", "kw")  # clauses_top<k>[_flag...], any subset, each once
 
 
 def make_demonstrator(name: str) -> Any:
@@ -161,10 +196,13 @@ def make_demonstrator(name: str) -> Any:
     if name.startswith("clauses_top"):
         rest = name[len("clauses_top"):]
         digits = rest.split("_", 1)[0]
-        flags = set(rest.split("_")[1:])
-        if not digits.isdigit() or flags - {"cat", "req"}:
-            raise ValueError(f"unknown demonstrator {name!r}; choose one of {DEMONSTRATORS}")
-        return ClauseSearchDemonstrator(per_search=int(digits), use_category="cat" in flags, with_request="req" in flags)
+        parts = rest.split("_")[1:]
+        flags = set(parts)
+        if not digits.isdigit() or int(digits) < 1 or flags - set(CLAUSE_FLAGS) or len(flags) != len(parts):
+            raise ValueError(f"unknown demonstrator {name!r}; choose one of {DEMONSTRATORS} "
+                             f"(clauses_top<k> takes the flags {CLAUSE_FLAGS}, each once)")
+        return ClauseSearchDemonstrator(per_search=int(digits), use_category="cat" in flags, with_request="req" in flags,
+                                        reverse="rev" in flags, keywords="kw" in flags)
     if name.startswith("request_top") and name[len("request_top"):].isdigit():
         return RequestSearchDemonstrator(k=int(name[len("request_top"):]))
     if name == "clauses":

@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mixture", default=None,
                         help="a fit-retriever config with sources: record on each source's training part")
     parser.add_argument("--env-kwargs", default="{}", help="JSON object of gymnasium.make keyword arguments")
+    parser.add_argument("--per-task", type=int, default=1, metavar="K",
+                        help="keep up to K episodes per task that act differently, best first (default 1): "
+                             "several ways to search one request")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true")
 
@@ -53,10 +56,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--mixture names the datasets: leave 'dataset' out of --env-kwargs")
         groups, stats = collect_mixture_demos(args.env_id, agents, args.mixture, min_reward=args.min_reward,
                                               limit=args.limit, env_kwargs=env_kwargs, seed=args.seed,
-                                              progress=not args.no_progress)
+                                              progress=not args.no_progress, per_task=args.per_task)
     else:
         groups, stats = collect_demos(args.env_id, agents, split=split, min_reward=args.min_reward, limit=args.limit,
-                                      env_kwargs=env_kwargs, seed=args.seed, progress=not args.no_progress)
+                                      env_kwargs=env_kwargs, seed=args.seed, progress=not args.no_progress,
+                                      per_task=args.per_task)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_rollouts(out, groups)
@@ -75,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def collect_mixture_demos(env_id: str, agents: list[str], config: str, *, min_reward: float, limit: int | None,
-                          env_kwargs: dict[str, Any], seed: int, progress: bool) -> tuple[list, dict[str, Any]]:
+                          env_kwargs: dict[str, Any], seed: int, progress: bool,
+                          per_task: int = 1) -> tuple[list, dict[str, Any]]:
     """:func:`collect_demos` on each source's training part of a fit config (registered as dataset
     ``mixture:<source>``), ``limit`` tasks per source sampled with ``seed``. ``stats`` sums the
     counts and keeps each source's own under ``sources``."""
@@ -96,7 +101,8 @@ def collect_mixture_demos(env_id: str, agents: list[str], config: str, *, min_re
         name = f"mixture:{source.name}"
         register_dataset(name, source.corpus, tasks)
         got, sub = collect_demos(env_id, agents, split=None, min_reward=min_reward, limit=None,
-                                 env_kwargs={**env_kwargs, "dataset": name}, seed=seed, progress=progress)
+                                 env_kwargs={**env_kwargs, "dataset": name}, seed=seed, progress=progress,
+                                 per_task=per_task)
         groups += got
         kept += [trajs[0].env_reward for _, trajs in got]
         stats["sources"][name] = sub

@@ -11,7 +11,8 @@ from toolgym.agents.demonstrators import (
     make_demonstrator,
 )
 from toolgym.data.records import Task, Trajectory, read_rollouts
-from toolgym.trainers.demos import collect_demos, gold_leaks
+from toolgym.agents.demonstrators import keyword_query
+from toolgym.trainers.demos import assistant_actions, collect_demos, gold_leaks
 
 TS_KWARGS = {"max_turns": 4}
 
@@ -105,7 +106,9 @@ def test_make_demonstrator_names():
     assert isinstance(make_demonstrator("clauses_top2"), ClauseSearchDemonstrator)
     assert make_demonstrator("clauses_top1_cat").use_category
     assert isinstance(make_demonstrator("request_top3"), RequestSearchDemonstrator)
-    for bad in ("clauses_topx", "clauses_top1_zzz", "nope", ""):
+    both = make_demonstrator("clauses_top2_rev_kw")
+    assert (both.reverse, both.keywords, both.per_search, both.name) == (True, True, 2, "clauses_top2_rev_kw")
+    for bad in ("clauses_topx", "clauses_top1_zzz", "nope", "", "clauses_top0", "clauses_top1_kw_kw"):
         with pytest.raises(ValueError, match="unknown demonstrator"):
             make_demonstrator(bad)
 
@@ -189,3 +192,46 @@ def test_mixture_demos_come_from_each_sources_training_part_only(tmp_path, capsy
     assert "mixture:api_bank: kept" in capsys.readouterr().out
     assert main(["demos", "toolgym/Decompose-v0", "--agent", "request", "--mixture", str(config),
                  "--env-kwargs", '{"dataset": "seal_tools"}', "--out", str(out)]) == 2
+
+
+def test_clause_variants_search_other_orders_and_content_words():
+    info = {"query": "Please find the weather in Paris, and then book a table for two", "protocol": "hermes", "max_turns": 4}
+    queries = {}
+    for name in ("clauses_top1", "clauses_top1_rev", "clauses_top1_kw"):
+        agent = make_demonstrator(name)
+        agent.reset("", info)
+        queries[name] = agent.queries
+    assert len(queries["clauses_top1"]) == 2
+    assert queries["clauses_top1_rev"] == queries["clauses_top1"][::-1]
+    assert queries["clauses_top1_kw"] == [keyword_query(q) for q in queries["clauses_top1"]]
+    assert "weather Paris" in queries["clauses_top1_kw"][0] and "the" not in queries["clauses_top1_kw"][0].split()
+
+
+def test_keyword_query_keeps_content_words_and_is_bounded():
+    assert keyword_query("Find me the weather in Oslo") == "weather Oslo"
+    assert keyword_query("the of and") == "the of and"  # nothing left: the text itself
+    assert keyword_query("") == ""
+    huge = "weather " * 1_000_000
+    assert len(keyword_query(huge)) <= 4096  # capped before splitting
+
+
+def test_per_task_keeps_several_distinct_episodes_best_first():
+    agents = ["clauses_top1", "clauses_top1_rev", "clauses_top1_kw", "clauses_top1"]  # the last repeats the first
+    one, _ = collect_demos("toolgym/ToolSearch-v0", agents, split="train", limit=12,
+                           env_kwargs={**TS_KWARGS, "min_gold": 2}, min_reward=0.3, progress=False)
+    many, stats = collect_demos("toolgym/ToolSearch-v0", agents, split="train", limit=12,
+                                env_kwargs={**TS_KWARGS, "min_gold": 2}, min_reward=0.3, progress=False, per_task=3)
+    assert len(many) > len(one) and stats["episodes_per_task"] == 3
+    by_task: dict[str, list] = {}
+    for task, (traj,) in many:
+        by_task.setdefault(task.id, []).append(traj)
+    assert set(by_task) == {t.id for t, _ in one}  # the same tasks clear the bar
+    for task_id, trajs in by_task.items():
+        assert 1 <= len(trajs) <= 3
+        actions = [assistant_actions(t) for t in trajs]
+        assert len(set(actions)) == len(actions)  # no episode repeats another
+        rewards = [t.env_reward for t in trajs]
+        assert rewards == sorted(rewards, reverse=True) and min(rewards) >= 0.3
+    assert sum(r.get("episodes", 0) for r in stats["per_task"]) == len(many) == stats["kept"]
+    with pytest.raises(ValueError, match="per_task"):
+        collect_demos("toolgym/ToolSearch-v0", agents, split="train", limit=1, per_task=0, progress=False)

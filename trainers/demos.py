@@ -37,6 +37,11 @@ def gold_leaks(trajectory: Trajectory, task: Task) -> list[str]:
     return leaks
 
 
+def assistant_actions(trajectory: Trajectory) -> tuple[str, ...]:
+    """The assistant messages of an episode, whitespace-normalised: two episodes that act alike."""
+    return tuple(" ".join(str(m.get("content", "")).split()) for m in trajectory.messages if m.get("role") == "assistant")
+
+
 def _quantiles(values: Sequence[float]) -> dict[str, float]:
     if not values:
         return {}
@@ -56,8 +61,13 @@ def kept_reward_stats(kept: Sequence[float]) -> tuple[dict[str, float], dict[str
 
 def collect_demos(env_id: str, agents: Sequence[str], *, split: str | None = "train", min_reward: float = 0.0,
                   limit: int | None = None, env_kwargs: dict[str, Any] | None = None, seed: int = 0,
-                  progress: bool = True) -> tuple[list[tuple[Task, list[Trajectory]]], dict[str, Any]]:
+                  progress: bool = True, per_task: int = 1) -> tuple[list[tuple[Task, list[Trajectory]]], dict[str, Any]]:
     """Run every agent on every task of ``env_id`` and keep the best episode per task.
+
+    ``per_task`` > 1 keeps up to that many episodes of one task, best reward first (the first
+    agent wins a tie), each clearing ``min_reward`` and each acting differently (an episode whose
+    assistant messages repeat a kept one's is skipped): a warm start that sees several ways to
+    search one request samples varied rollouts for GRPO. Each is its own group of one.
 
     Returns ``(groups, stats)``: ``groups`` as ``write_rollouts`` takes them, ``stats`` the
     reward distribution of all episodes and of the kept ones, per-agent counts and drops.
@@ -85,39 +95,50 @@ def collect_demos(env_id: str, agents: Sequence[str], *, split: str | None = "tr
     all_rewards: list[float] = []
     kept_by_agent: dict[str, int] = {}
     dropped = {"below_min_reward": 0, "gold_leak": 0}
-    per_task: list[dict[str, Any]] = []  # one row per task: its best reward, which agent, kept or why not
+    if isinstance(per_task, bool) or not isinstance(per_task, int) or per_task < 1:
+        raise ValueError(f"per_task must be an integer >= 1, got {per_task!r}")
+    keep = per_task
+    per_task_rows: list[dict[str, Any]] = []  # one row per task: its best reward, which agent, kept or why not
     iterator: Any = enumerate(tasks)
     if progress:
         from tqdm import tqdm
 
         iterator = tqdm(iterator, total=len(tasks), desc=f"demos {env_id}", unit="task", leave=False, disable=False)
     for j, task in iterator:
-        best: tuple[float, Trajectory, str] | None = None
-        for demo in demonstrators:
+        episodes: list[tuple[float, int, Trajectory, str]] = []
+        for order, demo in enumerate(demonstrators):
             traj, ret = run_episode(env, demo, task, seed=seed + j)
             all_rewards.append(ret)
             if gold_leaks(traj, task):
                 dropped["gold_leak"] += 1
                 continue
-            if best is None or ret > best[0]:
-                best = (ret, traj, getattr(demo, "name", type(demo).__name__))
-        if best is None:
-            per_task.append({"task_id": task.id, "reward": None, "agent": None, "kept": False, "why": "gold_leak"})
+            episodes.append((float(ret), order, traj, getattr(demo, "name", type(demo).__name__)))
+        if not episodes:
+            per_task_rows.append({"task_id": task.id, "reward": None, "agent": None, "kept": False, "why": "gold_leak"})
             continue
+        episodes.sort(key=lambda e: (-e[0], e[1]))
+        best = episodes[0]
         if best[0] < min_reward:
             dropped["below_min_reward"] += 1
-            per_task.append({"task_id": task.id, "reward": float(best[0]), "agent": best[2], "kept": False,
-                             "why": "below_min_reward"})
+            per_task_rows.append({"task_id": task.id, "reward": best[0], "agent": best[3], "kept": False,
+                                  "why": "below_min_reward"})
             continue
-        per_task.append({"task_id": task.id, "reward": float(best[0]), "agent": best[2], "kept": True, "why": None})
-        best[1].env_reward = float(best[0])
-        groups.append((task, [best[1]]))
-        kept_by_agent[best[2]] = kept_by_agent.get(best[2], 0) + 1
+        kept_actions: list[tuple[str, ...]] = []
+        for ret, _, traj, name in episodes:
+            actions = assistant_actions(traj)
+            if ret < min_reward or len(kept_actions) >= keep or actions in kept_actions:
+                continue
+            kept_actions.append(actions)
+            traj.env_reward = ret
+            groups.append((task, [traj]))
+            kept_by_agent[name] = kept_by_agent.get(name, 0) + 1
+        per_task_rows.append({"task_id": task.id, "reward": best[0], "agent": best[3], "kept": True, "why": None,
+                              "episodes": len(kept_actions)})
     env.close()
     kept = [g[1][0].env_reward for g in groups]
     kept_quantiles, histogram = kept_reward_stats(kept)
     stats = {"env_id": env_id, "agents": list(agents), "split": split, "min_reward": min_reward,
              "env_kwargs": env_kwargs or {}, "tasks": len(tasks), "kept": len(groups), "dropped_tasks": dropped,
              "kept_by_agent": kept_by_agent, "reward_all_episodes": _quantiles(all_rewards), "reward_kept": kept_quantiles,
-             "reward_kept_histogram": histogram, "per_task": per_task}
+             "reward_kept_histogram": histogram, "episodes_per_task": keep, "per_task": per_task_rows}
     return groups, stats
