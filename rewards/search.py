@@ -74,8 +74,18 @@ def esm_tool_advantages(trajectories: Sequence[Trajectory], gold: Collection[str
     return tools, grpo_advantage(r)
 
 
+ESM_AGGREGATES = ("max", "mean")
+
+
+def check_esm_aggregate(aggregate: str) -> None:
+    if aggregate not in ESM_AGGREGATES:
+        raise ValueError(f"unknown ESM aggregate {aggregate!r}; choose one of {ESM_AGGREGATES}")
+
+
 def _esm_event_advantages(trajectories: Sequence[Trajectory], tools: list[str], z: np.ndarray,
-                          discoveries: list[list[tuple[int, list[str]]]]) -> list[np.ndarray]:
+                          discoveries: list[list[tuple[int, list[str]]]], aggregate: str = "max") -> list[np.ndarray]:
+    check_esm_aggregate(aggregate)
+    pool = max if aggregate == "max" else (lambda values: float(np.mean(list(values))))
     row = {tool: k for k, tool in enumerate(tools)}
     out = []
     for i, (traj, events) in enumerate(zip(trajectories, discoveries)):
@@ -85,21 +95,24 @@ def _esm_event_advantages(trajectories: Sequence[Trajectory], tools: list[str], 
             if found:
                 found_at.setdefault(turn, []).extend(found)
         for turn, found in found_at.items():
-            adv[turn] = max(z[row[t], i] for t in found)
+            adv[turn] = pool(z[row[t], i] for t in found)
         out.append(adv)
     return out
 
 
-def esm_turn_advantages(trajectories: Sequence[Trajectory], gold: Collection[str]) -> list[np.ndarray]:
+def esm_turn_advantages(trajectories: Sequence[Trajectory], gold: Collection[str],
+                        aggregate: str = "max") -> list[np.ndarray]:
     """ESM event advantage, placed on the turn of each search event.
 
-    A_{i,e} = max_{T ∈ F_e} z(T, i)  if F_e ≠ ∅, else 0,
+    A_{i,e} = max_{T ∈ F_e} z(T, i)  if F_e ≠ ∅, else 0   (``aggregate="max"``, the paper),
+    A_{i,e} = (1/|F_e|) Σ_{T ∈ F_e} z(T, i)               (``aggregate="mean"``, an ablation),
     F_e = results(e) ∩ (G \\ results(events of rollout i before e)),  z from
-    :func:`esm_tool_advantages`. Max, not mean. Turns without a search event get 0; if a turn
-    holds several events its F is the union of theirs.
+    :func:`esm_tool_advantages`. Turns without a search event get 0; if a turn holds several
+    events its F is the union of theirs. With one tool per event the two agree; they differ only
+    for a search that discovers several gold tools of unequal rarity in the group.
     """
     tools, z = esm_tool_advantages(trajectories, gold)
-    return _esm_event_advantages(trajectories, tools, z, [first_discoveries(t, gold) for t in trajectories])
+    return _esm_event_advantages(trajectories, tools, z, [first_discoveries(t, gold) for t in trajectories], aggregate)
 
 
 def submitted_selection(traj: Trajectory) -> bool:
@@ -176,19 +189,25 @@ def place_on_submit_turn(trajectories: Sequence[Trajectory], values: np.ndarray)
 class ESM:
     """Event-level search modelling: first-discovery advantages on search turns.
 
-    An empty gold set (nothing to discover) gives zero credit, not an error.
+    ``aggregate``: how a search that first discovers several gold tools is credited, ``max`` over
+    their z (the paper) or their ``mean`` (:func:`esm_turn_advantages`). An empty gold set
+    (nothing to discover) gives zero credit, not an error.
     """
 
     name = "esm"
     kind = "credit"
     needs: frozenset[str] = frozenset()
 
+    def __init__(self, aggregate: str = "max"):
+        check_esm_aggregate(aggregate)
+        self.aggregate = aggregate
+
     def score_group(self, trajectories: list[Trajectory], task: Task) -> GroupCredit:
         check_group(trajectories, task)
         gold = task.gold
         tools, z = esm_tool_advantages(trajectories, gold)
         discoveries = [first_discoveries(t, gold) for t in trajectories]
-        turn_adv = _esm_event_advantages(trajectories, tools, z, discoveries)
+        turn_adv = _esm_event_advantages(trajectories, tools, z, discoveries, self.aggregate)
         seen = [t.seen for t in trajectories]
         recall = np.array([search_recall(s, gold) for s in seen])
         found_any = np.array([[tool in s for s in seen] for tool in tools], dtype=bool).reshape(len(tools), len(trajectories))

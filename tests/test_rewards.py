@@ -150,6 +150,22 @@ def test_esm_max_not_mean_when_one_event_finds_two_tools():
     assert adv[2][0] == 0.0  # found nothing: no discovery event
 
 
+def test_esm_mean_aggregate_averages_the_tools_one_event_finds():
+    task = Task(id="t", query="q", gold=frozenset({"a", "b"}))
+    group = [make_traj("t", [["a", "b"]], ["a", "b"]), make_traj("t", [["a"]], ["a"]),
+             make_traj("t", [["x"]], ["x"]), make_traj("t", [["x"]], ["x"])]
+    z_a = 0.5 / (0.5 + 1e-6)                          # r = [1, 1, 0, 0]: mean .5, std .5
+    z_b = 0.75 / (math.sqrt(0.1875) + 1e-6)           # r = [1, 0, 0, 0]: mean .25, std .433
+    mean = esm_turn_advantages(group, task.gold, aggregate="mean")
+    assert mean[0][0] == pytest.approx((z_a + z_b) / 2)  # (1 + 1.732) / 2 = 1.366
+    assert mean[1][0] == pytest.approx(z_a)              # one tool found: mean = max
+    credit = get_reward("toolsearcher", aggregate="mean").score_group(group, task)
+    assert credit.turn_advantages[0][0] == pytest.approx((z_a + z_b) / 2)  # the scheme routes the option to ESM; TCA is on turn 1
+    assert get_reward("esm", aggregate="mean").score_group(group, task).turn_advantages[0][0] == pytest.approx((z_a + z_b) / 2)
+    with pytest.raises(ValueError, match="aggregate"):
+        get_reward("esm", aggregate="median")
+
+
 def test_esm_turn_without_discovery_is_zero_and_uses_recomputed_first_found(csv_task, csv_group):
     # first_found on the records is ignored (a wrong value there must not change the credit)
     csv_group[0].events[1].first_found = [ENCODER]
