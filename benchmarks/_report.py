@@ -25,6 +25,36 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
+def host_info() -> dict[str, object]:
+    """Where a number was measured: host, CPU model and the flags that change numerics or speed
+    (bf16 / AMX matrix units, AVX-512), thread settings and library versions. A learning run's
+    outcome can differ across machines (other kernels, other float rounding): every run file says
+    which it came from."""
+    import os
+
+    cpu, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace")[:200_000].splitlines():
+            if line.startswith("model name") and cpu in ("", platform.machine(), platform.processor()):
+                cpu = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    info: dict[str, object] = {
+        "host": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+        "cpu_flags": sorted(f for f in flags if f.startswith(("avx512", "amx")) or f in ("avx2", "fma")),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+    }
+    try:
+        import torch
+
+        info.update(torch=torch.__version__, torch_threads=torch.get_num_threads())
+    except ImportError:
+        pass
+    return info
+
+
 def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
     def fmt(v: object) -> str:
         return f"{v:.4g}" if isinstance(v, float) else str(v)

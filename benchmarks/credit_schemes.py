@@ -46,7 +46,7 @@ from typing import Any
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS, markdown_table, weights_fingerprint  # noqa: E402
+from _report import RESULTS, host_info, markdown_table, weights_fingerprint  # noqa: E402
 from learning import DECOMPOSITION_ENVS, ENVS, evaluate, grpo_config  # noqa: E402
 
 # Seal-Tools tool search on its multi-tool tasks only (>= 2 gold tools, each findable by its own
@@ -77,9 +77,12 @@ SETTING_KEYS = ("warm_start", "steps", "eval_every", "eval_tasks", "eval_batch",
 # so it pairs with SCHEME's runs of the same seeds. ``curriculum``: ToolSearcher's category-constrained
 # schedule (CCTD: every search confined to one category for the first 30 % of the steps, then global
 # search; evaluation always searches globally).
+# ``mean``: ESM credits a search that first finds several gold tools with the mean of their z, not the
+# max (the paper's choice; rewards.search.esm_turn_advantages): does max aggregation matter?
 VARIANTS: dict[str, dict[str, Any]] = {
     "curriculum": {"train_kwargs": {"curriculum": {"required_fraction": 0.3, "constrained_mode": "required",
                                                    "after_mode": "off"}}},
+    "mean": {"reward_options": {"aggregate": "mean"}},
 }
 
 
@@ -157,15 +160,62 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "task_set": warm.get("task_set"), "warm": {"mean": warm["mean"], "rows": warm["rows"]},
             "points": points, "train": rows, "credit_nonzero_share": credit_nonzero_share(rows),
-            "train_seconds": result["train_seconds"]}, indent=1) + "\n")
+            "train_seconds": result["train_seconds"], "host": host_info()}, indent=1) + "\n")
+        if getattr(args, "commit", False):
+            commit_file(committed, f"credit_schemes: {env_name} {scheme} seed {seed} ({args.steps} steps)")
     return result
 
 
+def commit_file(path: Path, message: str, attempts: int = 20, root: Path | None = None) -> bool:
+    """``git add path && git commit`` of that one file (a long comparison commits each run as it finishes, so a
+    stopped sitting keeps every finished run). Another lane committing at the same moment holds git's index lock:
+    wait and retry. False (and a warning) when git refuses for another reason: the file stays on disk."""
+    import time
+
+    root = root or RESULTS.parent.parent
+    for attempt in range(attempts):
+        step = subprocess.run(["git", "-C", str(root), "add", "--", str(path)], capture_output=True, text=True)
+        if step.returncode == 0:
+            step = subprocess.run(["git", "-C", str(root), "commit", "-q", "-m", message, "--", str(path)],
+                                  capture_output=True, text=True)
+            if step.returncode == 0:
+                return True
+        err = step.stderr + step.stdout
+        if "index.lock" not in err:
+            print(f"warning: could not commit {path}: {err.strip()[:300]}", file=sys.stderr)
+            return False
+        time.sleep(1.0 + attempt)
+    return False
+
+
+def seed_counts(items: Sequence[str]) -> dict[str, int]:
+    """``["esm_only=3"]`` -> ``{"esm_only": 3}`` (``--seed-count``)."""
+    out = {}
+    for item in items:
+        name, eq, n = item.partition("=")
+        if not eq or not name or not n.isdigit() or int(n) < 1:
+            raise ValueError(f"--seed-count takes SCHEME=N with N >= 1, got {item!r}")
+        out[name] = int(n)
+    return out
+
+
+def run_plan(wanted: dict[str, Sequence[str]], seeds: Sequence[int], counts: dict[str, int]) -> list[tuple[str, str, int]]:
+    """Every (env, scheme, seed) to train, seed-major: every scheme's seed 0 before any scheme's seed 1, so a
+    comparison stopped part way has whole seeds of every arm (the seed is the unit). ``counts[scheme]``
+    limits a scheme to the first N seeds."""
+    return [(env, scheme, seed) for i, seed in enumerate(seeds) for env, schemes in wanted.items() for scheme in schemes
+            if i < counts.get(scheme, len(seeds))]
+
+
 def apply_variant(cfg: Any, variant: str) -> Any:
-    """Merge ``VARIANTS[variant]`` into the training env of a GRPO config (``env.train_kwargs``...)."""
+    """Merge ``VARIANTS[variant]`` into a GRPO config: ``reward_options`` into ``reward.options``, any
+    other section into the training env's (``env.train_kwargs``...)."""
     from omegaconf import OmegaConf
 
     for section, values in VARIANTS[variant].items():
+        if section == "reward_options":
+            cfg.reward.options = OmegaConf.create({**OmegaConf.to_container(cfg.reward.options), **values})
+            continue
         current = getattr(cfg.env, section)
         current = OmegaConf.to_container(current) if OmegaConf.is_config(current) else dict(current)
         setattr(cfg.env, section, OmegaConf.create({**current, **values}))
@@ -276,7 +326,46 @@ def paired_difference_over_seeds(a: dict[int, list[float]], b: dict[int, list[fl
     return {"diff": float(d.mean()), "se": se, "n_tasks": int(len(d)), "seeds": seeds,
             "per_seed": [float(x) for x in per_seed],
             "seed_sd": float(per_seed.std(ddof=1)) if len(seeds) > 1 else None,
-            "exceeds_2se": bool(abs(d.mean()) > 2 * se)}
+            "exceeds_2se": bool(abs(d.mean()) > 2 * se), "seed_level": seed_level(per_seed)}
+
+
+def seed_level(per_seed: Sequence[float], alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
+    """The difference with the seed as the unit: each seed's mean difference is one draw of a trained model.
+
+    mean d̄ = (1/n) Σ_s d_s;  se = sd(d_s) / √n;  t = d̄ / se with df = n − 1;  ``clears`` = |d̄| > 2 se
+    (the project's bar for a gain). ``mde``: the smallest true difference this many seeds detect with
+    probability ``power`` in a two-sided t-test at level ``alpha``,
+    (t_{1−α/2, n−1} + t_{power, n−1}) · sd / √n (None below 2 seeds). Across seeds the task set is fixed,
+    so the task-to-task spread is inside every d_s and the seed-level se covers both.
+    """
+    import numpy as np
+    from scipy import stats
+
+    d = np.asarray(per_seed, dtype=float)
+    n = len(d)
+    out: dict[str, Any] = {"n": n, "mean": float(d.mean()) if n else float("nan"), "se": None, "t": None,
+                           "df": n - 1, "clears": False, "mde": None}
+    if n < 2:
+        return out
+    sd = float(d.std(ddof=1))
+    se = sd / math.sqrt(n)
+    out.update(sd=sd, se=se, t=float(d.mean()) / se if se > 0 else None,  # None: every seed gave the same difference
+               clears=bool(abs(d.mean()) > 2 * se),
+               mde=float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * se))
+    return out
+
+
+def seeds_to_detect(effect: float, seed_sd: float, alpha: float = 0.05, power: float = 0.8, most: int = 1000) -> int | None:
+    """Seeds at which a true seed-level difference ``effect`` is detected with ``power``:
+    the smallest n >= 2 with (t_{1−α/2, n−1} + t_{power, n−1}) · seed_sd / √n <= |effect| (None past ``most``)."""
+    from scipy import stats
+
+    if seed_sd <= 0:
+        return 2
+    for n in range(2, most + 1):
+        if (stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * seed_sd / math.sqrt(n) <= abs(effect):
+            return n
+    return None
 
 
 def warm_by_task(runs: Sequence[dict[str, Any]], key: str) -> dict[int, list[float]]:
@@ -427,6 +516,58 @@ def _mean_sd(values: Sequence[float]) -> str:
     return f"{v.mean():.3f}" + (f" ± {v.std(ddof=1):.3f}" if len(v) > 1 else "")
 
 
+def _seed_pm(sl: dict[str, Any], mark: bool = True) -> str:
+    """``mean ± seed se (t, df)`` with ✔ when it clears 2 seed-level se; one seed: the mean alone."""
+    if sl["se"] is None:
+        return f"{sl['mean']:+.3f} (1 seed)"
+    if sl["t"] is None and sl["mean"] == 0:
+        return "±0.000 (the same on every seed)"
+    t = f"t {sl['t']:.2f}" if sl["t"] is not None else "t ∞"
+    return f"{sl['mean']:+.3f} ± {sl['se']:.3f}" + (f" ({t}, df {sl['df']})" if mark else "") + (
+        " ✔" if mark and sl["clears"] else "")
+
+
+def degenerate_arms(schemes: dict[str, list[dict[str, Any]]], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Pairs of arms whose final held-out rows are identical on every seed both ran (every metric, every task):
+    one arm is then not a result. The cause named: the credit terms only one of the two weights were zero in
+    every training group of both (the difference never reached a gradient), or else the updates differed but
+    left every greedy output the same."""
+    import numpy as np
+
+    out = []
+    names = list(schemes)
+
+    def same(x: list[dict[str, Any]], y: list[dict[str, Any]]) -> bool:
+        return [[row.get(k) for k in keys] for row in x] == [[row.get(k) for k in keys] for row in y]
+
+    for a in names:  # an arm that never left the warm start
+        if all(same(r["points"][-1]["rows"], r["warm"]["rows"]) for r in schemes[a]):
+            shares = [float(v) for r in schemes[a] for v in weighted_terms(r["scheme"], r.get("credit_nonzero_share", {})).values()]
+            cause = ("no weighted credit term was non-zero in any training group" if not any(shares) else
+                     "its credit was non-zero, yet every greedy held-out output is the warm start's")
+            out.append({"a": a, "b": "the warm start", "seeds": sorted(int(r["seed"]) for r in schemes[a]), "cause": cause})
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            fa = {int(r["seed"]): r["points"][-1]["rows"] for r in schemes[a]}
+            fb = {int(r["seed"]): r["points"][-1]["rows"] for r in schemes[b]}
+            seeds = sorted(fa.keys() & fb.keys())
+            if not seeds or not all(same(fa[s], fb[s]) for s in seeds):
+                continue
+            shares: dict[str, list[float]] = {}
+            for r in schemes[a] + schemes[b]:
+                for term, v in r.get("credit_nonzero_share", {}).items():
+                    shares.setdefault(term or split_run_name(r["scheme"])[0], []).append(float(v))
+            mean = {t: float(np.mean(v)) for t, v in shares.items()}
+            only = sorted(set(weighted_terms(a, mean)) ^ set(weighted_terms(b, mean)))
+            silent = [t for t in only if mean.get(t, 0.0) == 0.0]
+            cause = (f"the terms only one of them weights ({', '.join(silent)}) were zero in every training group"
+                     if only and len(silent) == len(only) else
+                     "their credit differed, yet every greedy held-out output is the same (updates too small to "
+                     "move an argmax)")
+            out.append({"a": b, "b": a, "seeds": seeds, "cause": cause})
+    return out
+
+
 def _pm(d: dict[str, Any]) -> str:
     return f"{d['diff']:+.3f} ± {d['se']:.3f}" + (" ✔" if d["exceeds_2se"] else "")
 
@@ -554,21 +695,32 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
                      f"{g['seeds']} ({'clears' if g['exceeds_2se'] else 'does not clear'} 2 paired se"
                      + (f"; at this effect size and task-to-task spread, 2 se needs ≈ {need} held-out tasks" if need else "")
                      + ").")
-    # scheme against scheme
+    # scheme against scheme, the seed as the unit
     keys = [key0] + (["srecall", "search_turns"] if env_name in TOOLSEARCH_ENVS else ["c10"])
+    pairs = pairwise(schemes, keys)
+    degenerate = degenerate_arms(schemes, list(names))
     pair_rows = []
-    for p in pairwise(schemes, keys):
+    for p in pairs:
+        sl = p[key0]["seed_level"]
         pair_rows.append([f"`{p['a']}` − {'`' + p['b'] + '`' if p['b'] != 'warm start' else 'warm start'}",
                           len(p[key0]["seeds"]),
-                          *[_pm(p[k]) for k in keys],
                           " / ".join(f"{x:+.3f}" for x in p[key0]["per_seed"]),
-                          f"{p[key0]['seed_sd']:.3f}" if p[key0]["seed_sd"] is not None else "-"])
-    parts.append("Scheme against scheme, paired: per held-out task the difference of the seeds' mean final value, "
-                 "its mean ± paired se over tasks (the task-to-task spread; ✔ = beyond 2 se); then the same difference "
-                 "seed by seed and its sd over seeds (the seed-to-seed spread), for "
-                 f"{names[key0]}.\n\n"
-                 + markdown_table(["A − B", "seeds", *[f"Δ {names[k] if k in names else k} ± se" for k in keys],
-                                   f"Δ {names[key0]} per seed", "seed sd"], pair_rows))
+                          _seed_pm(sl), f"{p[key0]['se']:.3f}",
+                          *[_seed_pm(p[k]["seed_level"], mark=False) for k in keys[1:]],
+                          f"{sl['mde']:.3f}" if sl["mde"] is not None else "-"])
+    parts.append(f"Scheme against scheme, **the seed as the unit**: each seed's mean {names[key0]} difference over the "
+                 "held-out tasks is one draw (a trained model); their mean ± seed-level se with t and df, ✔ when it "
+                 "clears 2 seed-level se. The task-paired se beside it (the task-to-task spread of the seed-pooled "
+                 "difference) holds for these particular models only and marks nothing. Detectable: the smallest "
+                 "true difference these seeds find with 80 % power (two-sided t-test, α = 0.05).\n\n"
+                 + markdown_table(["A − B", "seeds", f"Δ {names[key0]} per seed",
+                                   f"Δ {names[key0]} mean ± seed se (t, df)", "task-paired se",
+                                   *[f"Δ {names.get(k, k)} ± seed se" for k in keys[1:]],
+                                   f"detectable Δ {names[key0]} (80 %)"], pair_rows))
+    if degenerate:
+        parts.append("Degenerate arms (not results): " + "; ".join(
+            f"`{d['a']}` equals {d['b'] if d['b'] == 'the warm start' else '`' + d['b'] + '`'} on every seed "
+            f"({d['seeds']}): {d['cause']}" for d in degenerate) + ".")
     png = plot_runs(env_name, runs, (png_dir or results_dir) / f"{env_name}.png")
     parts.append(f"![held-out metrics against step]({os.path.relpath(png, LEARNING_DOC.parent)})")
     if replay is not None:
@@ -678,6 +830,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=6, help="GRPO steps per run (the same budget for every scheme)")
     ap.add_argument("--eval-every", type=int, default=2)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--seed-count", nargs="*", default=[], metavar="SCHEME=N",
+                    help="train SCHEME on the first N of --seeds only (e.g. esm_only=3 with --seeds 0 1 2 3 4)")
     ap.add_argument("--eval-tasks", type=int, default=16)
     ap.add_argument("--eval-batch", type=int, default=20, help="episodes generated together in an evaluation")
     ap.add_argument("--tasks-per-step", type=int, default=2)
@@ -695,6 +849,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shard", default=None, metavar="K/N", help=argparse.SUPPRESS)  # set by --jobs
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--no-report", action="store_true", help="print only; leave benchmarks/results and docs alone")
+    ap.add_argument("--commit", action="store_true",
+                    help="git-commit each finished run's file as it is written (a long comparison spread over sittings)")
     args = ap.parse_args(argv)
     results_dir = Path(args.results_dir) if args.results_dir else RUN_FILES
     if args.fingerprint:
@@ -739,7 +895,11 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         ap.error(f"unknown reward scheme(s) {missing} on this branch; known: {sorted(known)}")
     assert get_reward  # imported to register every scheme before the check above
-    plan = [(env, s, seed) for env, schemes in wanted.items() for s in schemes for seed in args.seeds]
+    try:
+        counts = seed_counts(args.seed_count)
+    except ValueError as e:
+        ap.error(str(e))
+    plan = run_plan(wanted, args.seeds, counts)
     warms = {env: evaluate(args.warm_start, env, args.eval_tasks, Path(args.out) / env / "eval_warm.json",
                            args.eval_batch, progress=not args.no_progress) for env in wanted}
     fingerprint = weights_fingerprint(args.warm_start)

@@ -164,7 +164,8 @@ def test_report_rebuilds_the_tables_from_the_files_alone(tmp_path):
     body = cs.report(tmp_path, write=False, png_dir=tmp_path)
     row = next(line for line in body.splitlines() if line.startswith("| `toolsearcher` − `grpo_f1`"))
     # per task: toolsearcher [1, .5, 0], grpo_f1 [0, .5, 0] -> d [1, 0, 0]: 1/3 ± (1/sqrt(3))/sqrt(3) = 1/3
-    assert "+0.333 ± 0.333" in row and "+0.667 / +0.000" in row
+    # per seed 2/3 and 0: mean 1/3 ± seed se (2/3)/√2/√2 = 1/3, t 1, df 1 (no ✔); the task-paired se beside it
+    assert "+0.333 ± 0.333 (t 1.00, df 1) | 0.333 |" in row and "+0.667 / +0.000" in row and "✔" not in row
     scheme_row = next(line for line in body.splitlines() if line.startswith("| `toolsearcher` | 0, 1"))
     assert "0.000 → 0.500" in scheme_row and "esm 0.50" in scheme_row
     assert (tmp_path / "toolsearch_multi.png").exists()
@@ -202,7 +203,7 @@ def test_a_decomposition_env_is_reported_on_its_own_metrics_without_turn_types(t
     (tmp_path / "decompose" / "replay_rollouts.jsonl").write_text("")  # turn types are tool-search only: not read
     body = cs.report(tmp_path, write=False, png_dir=tmp_path)
     row = next(line for line in body.splitlines() if line.startswith("| `counterfactual` − `grpo_match`"))
-    assert "+0.250 ± 0.250" in row  # R_cf per task [.5, 0] - [0, 0]
+    assert "| +0.250 (1 seed) | 0.250 |" in row  # R_cf per task [.5, 0] - [0, 0]: one seed, task-paired se .25
     scheme_row = next(line for line in body.splitlines() if line.startswith("| `counterfactual` | 0"))
     assert scheme_row.rstrip(" |").endswith("counterfactual 0.80")  # the term is named after the reward
     assert "R_cf" in body and "per turn type" not in body
@@ -243,7 +244,7 @@ def test_a_variant_pairs_with_its_base_scheme_and_a_changed_variant_is_refused(t
         (tmp_path / "toolsearch_multi" / f"{scheme}_seed0.json").write_text(json.dumps(run))
     body = cs.report(tmp_path, write=False, png_dir=tmp_path)
     row = next(line for line in body.splitlines() if line.startswith("| `toolsearcher` − `toolsearcher+curriculum`"))
-    assert "-0.333 ± 0.333" in row  # per task [1, 0, 0] - [1, 1, 0]
+    assert "| -0.333 (1 seed) | 0.333 |" in row  # per task [1, 0, 0] - [1, 1, 0]
     # a committed curriculum run of another schedule is not resumed as this one
     args = _args(tmp_path, results_dir=str(tmp_path))
     path = cs.run_file("toolsearch_multi", "toolsearcher+curriculum", 0, tmp_path)
@@ -285,3 +286,89 @@ def test_another_results_folder_writes_its_own_doc_block(tmp_path):
     text = doc.read_text()
     assert "kept" in text and "new body" not in text and text.count("newer body") == 1
     assert "`python benchmarks/credit_schemes.py --report --results-dir b`" in text
+
+
+def test_seed_level_difference_on_hand_numbers():
+    # per-seed differences .1, .05, .12: mean .09, sd = sqrt((.01² + .04² + .03²) / 2) = sqrt(.0013) = .036056
+    got = cs.seed_level([0.1, 0.05, 0.12])
+    assert got["mean"] == pytest.approx(0.09) and got["sd"] == pytest.approx(math.sqrt(0.0013))
+    assert got["se"] == pytest.approx(math.sqrt(0.0013) / math.sqrt(3)) and got["df"] == 2
+    assert got["t"] == pytest.approx(0.09 / got["se"]) and got["clears"]  # .09 > 2 × .0208
+    # detectable with 80 % power at df 2: (t_.975 + t_.80) · se = (4.3027 + 1.0607) · .020817
+    assert got["mde"] == pytest.approx((4.302653 + 1.060660) * got["se"], rel=1e-4)
+    one = cs.seed_level([0.2])
+    assert one["se"] is None and not one["clears"] and one["mde"] is None
+    flat = cs.seed_level([0.1, -0.1])  # mean 0: never clears
+    assert flat["mean"] == 0 and not flat["clears"]
+
+
+def test_seeds_to_detect_grows_with_the_seed_spread():
+    # sd .1 against .119: n = 7 gives (2.447 + .906) · .1 / √7 = .1267 > .119; n = 8 gives (2.365 + .896) · .1 / √8 = .1153
+    assert cs.seeds_to_detect(0.119, 0.1) == 8
+    assert cs.seeds_to_detect(0.119, 0.0) == 2
+    assert cs.seeds_to_detect(0.001, 1.0, most=50) is None
+    assert cs.seeds_to_detect(0.119, 0.2) > cs.seeds_to_detect(0.119, 0.1)
+
+
+def test_pairwise_carries_the_seed_level_figure():
+    got = cs.paired_difference_over_seeds({0: [1, .5, 0], 1: [0, .5, 1]}, {0: [0, 0, 0], 1: [0, .5, .5]})
+    sl = got["seed_level"]
+    assert sl["n"] == 2 and sl["mean"] == pytest.approx(1 / 3)  # per seed .5 and 1/6
+    assert sl["se"] == pytest.approx((1 / 3) / math.sqrt(2) / math.sqrt(2))
+    assert not sl["clears"]  # 1/3 < 2 × 1/6: the task-paired se (1/12) would have cleared it
+    assert got["exceeds_2se"]
+
+
+def test_degenerate_arms_are_named_with_their_cause():
+    base = {"toolsearcher": [_run_file("toolsearcher", s, [0, 0, 0], [1, 0, 0]) for s in (0, 1)],
+            "esm_only": [_run_file("esm_only", s, [0, 0, 0], [1, 0, 0]) for s in (0, 1)],
+            "tca_only": [_run_file("tca_only", s, [0, 0, 0], [0, 0, 0]) for s in (0, 1)],
+            "grpo_f1": [_run_file("grpo_f1", s, [0, 0, 0], [0, 1, 0]) for s in (0, 1)]}
+    for r in base["toolsearcher"] + base["esm_only"]:
+        r["credit_nonzero_share"] = {"esm": 0.5, "tca": 0.0}
+    for r in base["tca_only"]:
+        r["credit_nonzero_share"] = {"esm": 0.5, "tca": 0.0}
+    got = {(d["a"], d["b"]): d["cause"] for d in cs.degenerate_arms(base, ["f1", "srecall"])}
+    assert ("esm_only", "toolsearcher") in got and "tca" in got[("esm_only", "toolsearcher")]
+    assert ("tca_only", "the warm start") in got and "no weighted credit term" in got[("tca_only", "the warm start")]
+    assert not any("grpo_f1" in key for key in got)  # it differs from every other arm
+    base["grpo_f1"][1]["points"][-1]["rows"] = _rows([1, 0, 0])  # equal to toolsearcher on one seed only
+    assert not any("grpo_f1" in key for d in [cs.degenerate_arms(base, ["f1"])] for key in [(x["a"], x["b"]) for x in d])
+
+
+def test_run_plan_is_seed_major_with_per_scheme_seed_counts():
+    plan = cs.run_plan({"toolsearch_multi": ["toolsearcher", "esm_only"]}, [0, 1, 2], cs.seed_counts(["esm_only=2"]))
+    assert plan == [("toolsearch_multi", "toolsearcher", 0), ("toolsearch_multi", "esm_only", 0),
+                    ("toolsearch_multi", "toolsearcher", 1), ("toolsearch_multi", "esm_only", 1),
+                    ("toolsearch_multi", "toolsearcher", 2)]
+    for bad in (["esm_only"], ["esm_only=0"], ["=3"], ["esm_only=x"]):
+        with pytest.raises(ValueError, match="SCHEME=N"):
+            cs.seed_counts(bad)
+
+
+def test_mean_variant_sets_the_esm_aggregate_and_nothing_else():
+    import learning
+
+    cfg = learning.grpo_config("toolsearch_multi" if "toolsearch_multi" in learning.ENVS else "toolsearch",
+                               {"name": "toolsearcher", "options": {}}, "W", Path("r"), None)
+    before = cfg.env.train_kwargs
+    cs.apply_variant(cfg, cs.split_run_name("toolsearcher+mean")[1])
+    assert dict(cfg.reward.options) == {"aggregate": "mean"} and cfg.reward.name == "toolsearcher"
+    assert cfg.env.train_kwargs == before
+
+
+def test_commit_file_commits_one_file_and_leaves_others(tmp_path):
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True)  # noqa: E731
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    (repo / "run.json").write_text("{}")
+    (repo / "other.txt").write_text("not mine")
+    assert cs.commit_file(repo / "run.json", "credit_schemes: a run", root=repo)
+    assert git("log", "--format=%s").stdout.strip() == "credit_schemes: a run"
+    assert git("status", "--porcelain").stdout.strip() == "?? other.txt"
+    assert not cs.commit_file(repo / "missing.json", "nothing", root=repo, attempts=2)  # git refuses: a warning

@@ -217,8 +217,11 @@ def credit_scheme_gains() -> set[str]:
             continue
         for env, runs in cs.load_run_files(folder).items():
             for pair in cs.pairwise(cs.by_scheme(runs), list(cs.metric_names(env))):
-                for k in cs.metric_names(env):  # A − B, or B − A as prose may quote it
+                for k in cs.metric_names(env):  # A − B, or B − A as prose may quote it; task-paired and seed-level se
                     out |= {f"{sign * pair[k]['diff']:+.3f} ± {pair[k]['se']:.3f}" for sign in (1, -1)}
+                    sl = pair[k]["seed_level"]
+                    if sl["se"] is not None:
+                        out |= {f"{sign * sl['mean']:+.3f} ± {sl['se']:.3f}" for sign in (1, -1)}
     return out
 
 
