@@ -387,13 +387,6 @@ def pairwise(by_scheme: dict[str, list[dict[str, Any]]], keys: Sequence[str]) ->
     return out
 
 
-def tasks_for_2se(diff: float, se: float, n_tasks: int) -> int | None:
-    """Held-out tasks at which a difference this large would clear 2 paired se (se shrinks as 1/√n); None if 0."""
-    if diff == 0 or se == 0:
-        return None
-    return int(math.ceil(n_tasks * (2 * se / abs(diff)) ** 2))
-
-
 # -- where the credits differ: per turn type, on the same rollouts ----------------------------------
 def classify_turns(traj: Any, gold: frozenset[str] | set[str]) -> list[str]:
     """The type of each of ``traj``'s turns (one of :data:`TURN_TYPES`).
@@ -686,15 +679,15 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
     best = max(schemes, key=lambda sc: paired_difference_over_seeds(final_by_task(schemes[sc], key0),
                                                                    warm_by_task(schemes[sc], key0))["diff"])
     g = paired_difference_over_seeds(final_by_task(schemes[best], key0), warm_by_task(schemes[best], key0))
-    need = tasks_for_2se(g["diff"], g["se"], g["n_tasks"])
+    sl = g["seed_level"]
     if g["diff"] <= 0:  # a tie at zero is no "best scheme"
-        parts.append(f"No scheme's pooled {names[key0]} gain over the warm start is positive (the largest: "
-                     f"{_pm(g)}, `{best}`, over {g['n_tasks']} tasks and seeds {g['seeds']}).")
+        parts.append(f"No scheme's {names[key0]} gain over the warm start is positive (the largest: "
+                     f"{_seed_pm(sl)} over seeds {g['seeds']}, `{best}`, {g['n_tasks']} tasks).")
     else:
-        parts.append(f"Best scheme by pooled {names[key0]} gain: `{best}`, {_pm(g)} over {g['n_tasks']} tasks and seeds "
-                     f"{g['seeds']} ({'clears' if g['exceeds_2se'] else 'does not clear'} 2 paired se"
-                     + (f"; at this effect size and task-to-task spread, 2 se needs ≈ {need} held-out tasks" if need else "")
-                     + ").")
+        parts.append(f"Largest {names[key0]} gain over the warm start: `{best}`, {_seed_pm(sl)} over seeds "
+                     f"{g['seeds']} ({g['n_tasks']} tasks; {'clears' if sl['clears'] else 'does not clear'} 2 "
+                     "seed-level se" + (f"; these seeds detect {sl['mde']:.3f} with 80 % power" if sl["mde"] else "")
+                     + "). More held-out tasks shrink only the task-paired se; the seed term shrinks with seeds.")
     # scheme against scheme, the seed as the unit
     keys = [key0] + (["srecall", "search_turns"] if env_name in TOOLSEARCH_ENVS else ["c10"])
     pairs = pairwise(schemes, keys)
