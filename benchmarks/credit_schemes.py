@@ -664,18 +664,27 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
                              for i in range(min(len(r["points"]) for r in mine)))
         gain = paired_difference_over_seeds(final_by_task(mine, key0), warm_by_task(mine, key0))
         finals = [_mean_sd([r["points"][-1]["mean"].get(k, float("nan")) for r in mine]) for k in list(names)[1:]]
-        nz = {}
+        nz: dict[str, list[float]] = {}
+        first: dict[str, list[float]] = {}
         for r in mine:
             for term, v in r.get("credit_nonzero_share", {}).items():
                 # a one-module reward logs plain ``reward/zero_var``: its term is the reward itself
                 nz.setdefault(term or split_run_name(scheme)[0], []).append(v)
-        rows.append([f"`{scheme}`", ", ".join(str(r["seed"]) for r in mine), by_step, _pm(gain),
-                     gain["seed_sd"] is not None and f"{gain['seed_sd']:.3f}" or "-", *finals,
-                     " ".join(f"{t} {v:.2f}" for t, v in weighted_terms(scheme, {t: float(np.mean(v)) for t, v in nz.items()}).items())])
+            for term, v in credit_nonzero_share(r.get("train", [])[:1]).items():  # the warm start's own groups
+                first.setdefault(term or split_run_name(scheme)[0], []).append(v)
+
+        def shares(by_term: dict[str, list[float]]) -> str:
+            return " ".join(f"{t} {v:.2f}" for t, v in weighted_terms(scheme, {t: float(np.mean(v)) for t, v in by_term.items()}).items())
+
+        step0_invalid = np.mean([r["train"][0].get("invalid_rate", 0.0) for r in mine if r.get("train")] or [float("nan")])
+        rows.append([f"`{scheme}`", ", ".join(str(r["seed"]) for r in mine), by_step, _seed_pm(gain["seed_level"]),
+                     f"{gain['se']:.3f}", *finals, shares(first), f"{step0_invalid:.3f}", shares(nz)])
     parts.append(markdown_table(["scheme", "seeds", f"held-out {names[key0]} by step (mean over seeds)",
-                                 f"pooled {names[key0]} gain ± paired se", "seed sd of the gain",
+                                 f"{names[key0]} gain over the warm start, mean ± seed se (t, df)", "task-paired se",
                                  *[f"final {v} (mean ± sd over seeds)" for v in list(names.values())[1:]],
-                                 "training groups with non-zero credit, per weighted term"], rows))
+                                 "first step: groups with non-zero credit, per weighted term",
+                                 "first step: training invalid rate",
+                                 "all steps: groups with non-zero credit, per weighted term"], rows))
     best = max(schemes, key=lambda sc: paired_difference_over_seeds(final_by_task(schemes[sc], key0),
                                                                    warm_by_task(schemes[sc], key0))["diff"])
     g = paired_difference_over_seeds(final_by_task(schemes[best], key0), warm_by_task(schemes[best], key0))
@@ -773,6 +782,9 @@ def report(results_dir: Path | None = None, write: bool = True, png_dir: Path | 
         # turn types are tool-search turns; a decomposition episode is one turn
         replay = load_replay(env_name, results_dir, REPLAY_SCHEMES) if env_name in TOOLSEARCH_ENVS else None
         bodies.append(env_report(env_name, runs, replay, results_dir, png_dir))
+        others = warm_starts_elsewhere(env_name, runs, results_dir)
+        if others:
+            bodies.append(warm_start_table(env_name, runs, others))
         keys = list(metric_names(env_name))
         summary[env_name] = {"pairwise": pairwise(by_scheme(runs), keys[:2] if env_name in TOOLSEARCH_ENVS else keys[:1]),
                              "replay": replay, "runs": [r["_file"] for r in runs]}
@@ -784,6 +796,47 @@ def report(results_dir: Path | None = None, write: bool = True, png_dir: Path | 
         write_doc_section(body, section=section, command=command)
     return body
 
+
+
+def warm_starts_elsewhere(env_name: str, runs: list[dict[str, Any]], results_dir: Path) -> dict[str, dict[str, Any]]:
+    """The warm starts of ``env_name`` in the other committed results folders (``credit_schemes*``) whose
+    fingerprint differs from this folder's: folder name -> one of its run files."""
+    mine = runs[0]["warm_start_fingerprint"]
+    out = {}
+    for folder in sorted(RESULTS.glob("credit_schemes*")):
+        if not folder.is_dir() or folder.resolve() == Path(results_dir).resolve():
+            continue
+        for path in sorted(folder.glob(f"{env_name}/*_seed*.json"))[:1]:
+            run = json.loads(path.read_text())
+            if run.get("warm_start_fingerprint") != mine:
+                out[folder.name] = run
+    return out
+
+
+def warm_start_table(env_name: str, runs: list[dict[str, Any]], others: dict[str, dict[str, Any]]) -> str:
+    """This folder's warm start beside the other folders' on the held-out tasks they all evaluated (each
+    folder's warm evaluation covers the first N held-out tasks, so the shared ones are the shortest list),
+    and on all of this folder's tasks."""
+    import numpy as np
+
+    names = metric_names(env_name)
+    here = runs[0]
+    shared = [r["task_id"] for r in here["warm"]["rows"]]
+    for run in others.values():
+        ids = {r["task_id"] for r in run["warm"]["rows"]}
+        shared = [t for t in shared if t in ids]
+
+    def means(run: dict[str, Any], ids: Sequence[str]) -> list[str]:
+        by_id = {r["task_id"]: r for r in run["warm"]["rows"]}
+        return [f"{np.mean([by_id[t][k] for t in ids]):.3f}" for k in names]
+
+    rows = [[f"this folder's (`{here['settings']['warm_start']}`, `{here['warm_start_fingerprint'][:19]}…`)",
+             len(here["warm"]["rows"]), *means(here, [r["task_id"] for r in here["warm"]["rows"]])]]
+    rows += [[f"this folder's, first {len(shared)}", len(shared), *means(here, shared)]]
+    rows += [[f"`{name}`'s (`{run['settings']['warm_start']}`, `{run['warm_start_fingerprint'][:19]}…`), first {len(shared)}",
+              len(shared), *means(run, shared)] for name, run in others.items()]
+    return ("Warm starts on the same held-out tasks (greedy; `turns` = searches per episode):\n\n"
+            + markdown_table(["warm start", "tasks", *names.values()], rows))
 
 
 def run_shards(jobs: int, argv: list[str], out: Path) -> None:
