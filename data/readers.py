@@ -13,6 +13,7 @@ import io
 import json
 import os
 import stat
+import zlib
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -28,7 +29,11 @@ __all__ = [
     "iter_jsonl",
     "iter_jsonl_numbered",
     "json_depth",
+    "loads_json",
+    "MAX_JSONL_CHARS",
+    "MAX_JSONL_LINES",
     "non_regular_kind",
+    "open_regular",
     "open_text",
     "read_json",
     "read_jsonl",
@@ -40,6 +45,10 @@ __all__ = [
 MAX_JSON_CHARS = 256 * 1024 * 1024
 MAX_JSONL_LINE_CHARS = 16 * 1024 * 1024
 MAX_JSON_DEPTH = 100
+# A whole JSONL / CSV file, counted after gunzip: a 1 MB gzip of newlines is 1 GiB of blank lines
+# (~220 s to read); the line cap (blank lines count) ends it in about a second.
+MAX_JSONL_CHARS = 1 << 30
+MAX_JSONL_LINES = 4_000_000
 
 
 class DatasetFormatError(ValueError):
@@ -64,12 +73,11 @@ def non_regular_kind(path: str | Path, *, follow_symlinks: bool = False) -> str 
     return _kind(mode)
 
 
-def open_text(path: Path) -> IO[str]:
-    """Open a regular text file, gunzipping ``.gz``; anything else (a FIFO, a device) is refused.
+def open_regular(path: str | Path) -> IO[bytes]:
+    """Open a regular file for binary reading; anything else (a FIFO, a device) is refused.
 
     The file is opened non-blocking and checked with ``fstat`` before any read, so a FIFO can
-    neither hang the reader nor be swapped in after a check. utf-8-sig: a byte-order mark
-    (common in CSVs saved by spreadsheets) must not rename a column.
+    neither hang the reader nor be swapped in after a check.
     """
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     kind = _kind(os.fstat(fd).st_mode)
@@ -78,10 +86,28 @@ def open_text(path: Path) -> IO[str]:
         raise DatasetFormatError(f"{path}: is a {kind}, not a regular file")
     if hasattr(os, "set_blocking"):
         os.set_blocking(fd, True)
-    raw = os.fdopen(fd, "rb")
+    return os.fdopen(fd, "rb")
+
+
+def open_text(path: Path) -> IO[str]:
+    """Open a regular text file (:func:`open_regular`), gunzipping ``.gz``. utf-8-sig: a
+    byte-order mark (common in CSVs saved by spreadsheets) must not rename a column."""
+    raw = open_regular(path)
     if path.suffix == ".gz":
         return io.TextIOWrapper(_OwningGzipFile(raw), encoding="utf-8-sig", newline="")
     return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+
+
+def _unreadable(path: Path, exc: BaseException) -> DatasetFormatError:
+    """A read that failed under the reader (``/proc/self/mem``: EIO; a bad gzip), naming the file."""
+    if isinstance(exc, OSError) and exc.strerror:
+        why = exc.strerror
+    else:
+        why = f"{type(exc).__name__}: {exc}"
+    return DatasetFormatError(f"{path}: unreadable ({why})")
+
+
+_READ_ERRORS = (EOFError, UnicodeDecodeError, OSError, zlib.error)  # gzip.BadGzipFile is an OSError
 
 
 class _OwningGzipFile(gzip.GzipFile):
@@ -148,6 +174,29 @@ def _loads_bounded(text: str, where: str, max_depth: int) -> Any:
     return json.loads(text)
 
 
+def loads_json(text: str, where: str, *, max_chars: int = MAX_JSONL_LINE_CHARS, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """One JSON text read from a file cell or field (``where`` names it: ``file row N column``),
+    capped in length and depth before ``json.loads``; every failure is a
+    :class:`DatasetFormatError` naming ``where``."""
+    if not isinstance(text, str):
+        raise DatasetFormatError(f"{where}: expected JSON text (a string), got {_type_name(text)}")
+    if len(text) > max_chars:
+        raise DatasetFormatError(f"{where}: longer than {max_chars} characters")
+    try:
+        return _loads_bounded(text, where, max_depth)
+    except json.JSONDecodeError as exc:
+        raise DatasetFormatError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer over Python's digit limit
+        if isinstance(exc, DatasetFormatError):
+            raise
+        raise DatasetFormatError(f"{where}: not valid JSON ({str(exc).split(';')[0][:120]})") from None
+
+
+def _type_name(value: Any) -> str:
+    return {type(None): "null", list: "a list", dict: "an object", str: "a string", bool: "a boolean"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
 def iter_jsonl_numbered(
     path: str | Path, *, max_line_chars: int = MAX_JSONL_LINE_CHARS, max_depth: int = MAX_JSON_DEPTH
 ) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -160,13 +209,19 @@ def iter_jsonl_numbered(
     path = _require_regular_file(path)
     try:
         with open_text(path) as f:
-            lineno = 0
+            lineno = chars = 0
             while True:
                 # readline(limit): an endless line is never held in memory whole.
                 line = f.readline(max_line_chars + 1)
                 if not line:
                     return
                 lineno += 1
+                chars += len(line)
+                if lineno > MAX_JSONL_LINES:
+                    raise DatasetFormatError(f"{path}:{lineno}: more than {MAX_JSONL_LINES:,} lines (blank lines count)")
+                if chars > MAX_JSONL_CHARS:
+                    raise DatasetFormatError(f"{path}:{lineno}: larger than {MAX_JSONL_CHARS:,} characters "
+                                             "(after decompression)")
                 if len(line) > max_line_chars:
                     raise DatasetFormatError(f"{path}:{lineno}: line longer than {max_line_chars} characters")
                 if not line.strip():
@@ -180,8 +235,8 @@ def iter_jsonl_numbered(
                 if not isinstance(record, dict):
                     raise DatasetFormatError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
                 yield lineno, record
-    except (EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
-        raise DatasetFormatError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
+    except _READ_ERRORS as exc:
+        raise _unreadable(path, exc) from None
 
 
 def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
@@ -201,8 +256,8 @@ def read_json(path: str | Path, *, max_chars: int = MAX_JSON_CHARS, max_depth: i
     try:
         with open_text(path) as f:
             text = f.read(max_chars + 1)
-    except (EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
-        raise DatasetFormatError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
+    except _READ_ERRORS as exc:
+        raise _unreadable(path, exc) from None
     if len(text) > max_chars:
         raise DatasetFormatError(f"{path}: larger than {max_chars} characters")
     try:
@@ -217,6 +272,13 @@ def iter_csv_numbered(path: str | Path) -> Iterator[tuple[int, dict[str, str]]]:
     ``DatasetFormatError(file:line)``. The line is where the row *ends* (a quoted field may
     span lines); MetaTool task ids are built from it, so it stays that way."""
     path = _require_regular_file(path)
+    try:
+        yield from _iter_csv(path)
+    except _READ_ERRORS as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _iter_csv(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
     with open_text(path) as f:
         reader = csv.reader(f, strict=True)
         try:
@@ -232,6 +294,8 @@ def iter_csv_numbered(path: str | Path) -> Iterator[tuple[int, dict[str, str]]]:
                 return
             except csv.Error as exc:
                 raise DatasetFormatError(f"{path}:{reader.line_num}: malformed CSV ({exc})") from None
+            if reader.line_num > MAX_JSONL_LINES:
+                raise DatasetFormatError(f"{path}:{reader.line_num}: more than {MAX_JSONL_LINES:,} lines (blank lines count)")
             if not row:
                 continue
             if len(row) != len(header):
@@ -292,20 +356,58 @@ def read_yaml_mapping(path: str | Path, override_references: int = 0) -> Any:
     if references + override_references > MAX_CONFIG_REFERENCES:
         also = f" (with the overrides' {override_references})" if override_references else ""
         raise ValueError(f"config {path} uses more than {MAX_CONFIG_REFERENCES} YAML aliases / ${{}} interpolations{also}")
-    depth = deepest = 0
-    for ch in text:  # flow-style nesting; block nesting is bounded by the line length cap above
-        if ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth = max(0, depth - 1)
-    if deepest > MAX_CONFIG_DEPTH:
+    if flow_depth(text) > MAX_CONFIG_DEPTH:
         raise ValueError(f"config {path} nests deeper than {MAX_CONFIG_DEPTH} levels")
     try:
         node = OmegaConf.create(text)
     except Exception as exc:  # yaml's scanner/parser errors
         raise ValueError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if node is None or (isinstance(node, DictConfig) and len(node) == 0):
+        # An empty file (or one of comments only) used to start a full default run without a word.
+        raise ValueError(f"config {path} holds no settings (it is empty or only comments); give settings, "
+                         "or leave the config file out to run with the defaults")
     if not isinstance(node, DictConfig):
         raise ValueError(f"config {path} must be a mapping of sections, got a {type(node).__name__}")
     return node
 
+
+def flow_depth(text: str) -> int:
+    """Deepest flow-style ``[``/``{`` nesting of a YAML text (a linear scan, quotes not special:
+    a bound, not a parse)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def check_override_shapes(overrides: list[str]) -> None:
+    """Each ``key=value`` override's key has at most ``MAX_CONFIG_DEPTH`` dotted parts and its value
+    nests at most as deep: omegaconf builds and merges both recursively (a 10,000-part key
+    ``a.a.a...=1`` or a value ``[[[...]]]`` 20,000 deep ended in ``RecursionError``)."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        parts = key.count(".") + 1
+        if parts > MAX_CONFIG_DEPTH:
+            raise ValueError(f"override key {key[:60]!r}{'…' if len(key) > 60 else ''} has {parts} dotted parts; "
+                             f"configs nest at most {MAX_CONFIG_DEPTH} levels")
+        if flow_depth(value) > MAX_CONFIG_DEPTH:
+            raise ValueError(f"override {key[:60]!r}: value nests deeper than {MAX_CONFIG_DEPTH} levels")
+
+
+
+# -- config sections ---------------------------------------------------------------------------
+def check_finite_fields(section: Any, prefix: str) -> None:
+    """Every float field of the dataclass ``section`` is finite: ``.inf`` / ``.nan`` (YAML) pass
+    omegaconf's type check and trained to all-NaN weights with exit 0. A ``ValueError`` naming
+    ``prefix.field``; called from each config section's own checks (its ``__post_init__``)."""
+    import dataclasses
+    import math
+
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{prefix}.{f.name}={value!r}: must be a finite number")

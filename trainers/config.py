@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
-from toolgym.data.readers import MAX_CONFIG_REFERENCES, read_yaml_mapping, yaml_references
+from toolgym.data.readers import MAX_CONFIG_REFERENCES, check_override_shapes, read_yaml_mapping, yaml_references
 from toolgym.agents.model import MODEL_DTYPES, ModelConfig, check_device, model_source
 from toolgym.agents.policy import ENGINES, PRECISIONS, SamplingConfig
 
@@ -307,6 +307,7 @@ def load_config(schema: type[T], path: str | Path | None, overrides: Sequence[st
         raise ValueError(f"overrides must look like key=value, got {[str(o)[:80] for o in bad[:5]]}")
     if sum(len(o) for o in overrides) > MAX_OVERRIDES_BYTES:
         raise ValueError(f"overrides are longer than {MAX_OVERRIDES_BYTES} characters in all")
+    check_override_shapes(overrides)  # key parts and value nesting: omegaconf recurses over both
     # before any parsing: omegaconf's resolution of chained interpolations is what hangs
     override_references = sum(yaml_references(o.split("=", 1)[1]) for o in overrides)
     if override_references > MAX_CONFIG_REFERENCES:
