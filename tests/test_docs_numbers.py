@@ -189,40 +189,95 @@ def test_retrieval_doc_quality_table_is_the_benchmarks():
     assert seen == set(quality)
 
 
-def paired_gains_from_rows() -> set[str]:
-    """Every "gain ± se" (3 decimals) between two stages of one learning_tasks.json entry."""
+def paired_gains_from_rows() -> dict[str, list[frozenset[str]]]:
+    """Every "gain ± se" (3 decimals) between two stages of one learning_tasks.json entry, with the names
+    a quote of it must stand beside (its comparison): the run's reward for a GRPO stage, ``warm`` for
+    base → warm start, ``constrained`` for the constrained-decoding check."""
     import itertools
 
     learning = bench("learning")
     from toolgym.evaluation.paired import compare
 
-    out = set()
+    out: dict[str, list[frozenset[str]]] = {}
     for entry in learning.load_task_runs(RESULTS / "learning_tasks.json")["runs"].values():
+        # toolsearch_toolsearcher -> toolsearcher; dialogue_counterfactual_seed1, decompose_counterfactual_lr2e-3 -> counterfactual
+        reward = re.sub(r"_(seed\d+|lr[\w.+-]+)$", "", entry["run"].split("_", 1)[1])
         for a, b in itertools.permutations(entry["stages"], 2):
             g = compare({"rows": entry["stages"][a]}, {"rows": entry["stages"][b]})
-            out.add(f"{g['gain']:+.3f} ± {g['se']:.3f}")
+            names = frozenset({reward} if "grpo" in (a, b) else {"warm"})
+            out.setdefault(f"{g['gain']:+.3f} ± {g['se']:.3f}", []).append(names)
+    # runs that differ only by seed (dialogue_counterfactual, dialogue_counterfactual_seed1): the seed-level gain
+    by_seed: dict[str, dict[int, float]] = {}
+    for entry in learning.load_task_runs(RESULTS / "learning_tasks.json")["runs"].values():
+        m = re.fullmatch(r"([a-z]+_[a-z_0-9]+?)(?:_seed(\d+))?", entry["run"])
+        if m and "_lr" not in entry["run"] and {"warm_start", "grpo"} <= set(entry["stages"]):
+            g = compare({"rows": entry["stages"]["warm_start"]}, {"rows": entry["stages"]["grpo"]})
+            by_seed.setdefault(m[1], {})[int(m[2] or 0)] = g["gain"]
+    for run, gains in by_seed.items():
+        if len(gains) > 1:
+            sl = bench("credit_schemes").seed_level(list(gains.values()))
+            out.setdefault(f"{sl['mean']:+.3f} ± {sl['se']:.3f}", []).append(frozenset({run.split("_", 1)[1], "seed"}))
     rows = payload("toolsearch_invalid")["rows"]  # plain vs constrained decoding of the warm start
     g = compare({"rows": rows["plain"]}, {"rows": rows["constrained"]})
-    out.add(f"{g['gain']:+.3f} ± {g['se']:.3f}")
-    return out | credit_scheme_gains()
+    out.setdefault(f"{g['gain']:+.3f} ± {g['se']:.3f}", []).append(frozenset({"constrained"}))
+    for value, names in credit_scheme_gains().items():
+        out.setdefault(value, []).extend(names)
+    return out
 
 
-def credit_scheme_gains() -> set[str]:
-    """Every pooled "difference ± paired se" of the credit-scheme comparisons (each scheme against the warm
-    start and every pair, every metric), recomputed from the committed run files of each results folder."""
+def comparison_names(a: str, b: str) -> frozenset[str]:
+    """The names a quoted credit-scheme difference must stand beside: each arm's scheme and variant
+    (``toolsearcher+curriculum`` -> toolsearcher, curriculum); the warm start needs no name."""
+    names = set()
+    for arm in (a, b):
+        if arm != "warm start":
+            names |= set(arm.split("+"))
+    return frozenset(names)
+
+
+def credit_scheme_gains() -> dict[str, list[frozenset[str]]]:
+    """Every "difference ± se" of the credit-scheme comparisons (each scheme against the warm start and every
+    pair, every metric; the task-paired se and the seed-level se), recomputed from the committed run files of
+    each results folder, with the names of its two arms."""
     cs = bench("credit_schemes")
-    out = set()
+    out: dict[str, list[frozenset[str]]] = {}
     for folder in sorted(RESULTS.glob("credit_schemes*")):
         if not folder.is_dir():
             continue
         for env, runs in cs.load_run_files(folder).items():
             for pair in cs.pairwise(cs.by_scheme(runs), list(cs.metric_names(env))):
+                names = comparison_names(pair["a"], pair["b"])
                 for k in cs.metric_names(env):  # A − B, or B − A as prose may quote it; task-paired and seed-level se
-                    out |= {f"{sign * pair[k]['diff']:+.3f} ± {pair[k]['se']:.3f}" for sign in (1, -1)}
+                    values = {f"{sign * pair[k]['diff']:+.3f} ± {pair[k]['se']:.3f}" for sign in (1, -1)}
                     sl = pair[k]["seed_level"]
                     if sl["se"] is not None:
-                        out |= {f"{sign * sl['mean']:+.3f} ± {sl['se']:.3f}" for sign in (1, -1)}
+                        values |= {f"{sign * sl['mean']:+.3f} ± {sl['se']:.3f}" for sign in (1, -1)}
+                    for v in values:
+                        out.setdefault(v, []).append(names)
     return out
+
+
+QUOTE = re.compile(r"[+−-]\d\.\d{3} ± \d\.\d{3}")
+
+
+def quote_contexts(span: str) -> list[tuple[str, str]]:
+    """(quoted "x ± se", its context): a table row for a quote in a table, else its sentence."""
+    out = []
+    for block in re.split(r"\n\s*\n", span):
+        lines = block.splitlines()
+        if lines and all(line.lstrip().startswith("|") for line in lines):
+            units = lines
+        else:
+            units = re.split(r"(?<=[.])\s+(?=[A-Z*(`])", " ".join(line.strip() for line in lines))
+        for unit in units:
+            out += [(q.replace("−", "-"), unit) for q in QUOTE.findall(unit)]
+    return out
+
+
+def backed(quote: str, context: str, known: dict[str, list[frozenset[str]]]) -> bool:
+    """Some comparison that gives ``quote`` has every one of its names in ``context`` (case-insensitive)."""
+    low = context.lower()
+    return any(all(n.lower() in low for n in names) for names in known.get(quote, []))
 
 
 def test_toolsearch_invalid_means_are_its_rows():
@@ -249,11 +304,25 @@ def test_learning_gains_in_the_docs_are_recomputed_from_rows(doc, start, ends):
     text = (ROOT / doc).read_text()
     begin = text.index(start)
     span = text[begin:min(i for i in (text.find(e, begin) for e in ends) if i > 0)]  # up to the first end marker
-    quoted = re.findall(r"[+−-]\d\.\d{3} ± \d\.\d{3}", span)
+    quoted = quote_contexts(span)
     assert quoted
     known = paired_gains_from_rows()
-    unbacked = [q for q in quoted if q.replace("−", "-") not in known]
-    assert not unbacked, f"{doc}: gains with no per-task rows behind them: {unbacked}"
+    unbacked = [(q, c[:160]) for q, c in quoted if not backed(q, c, known)]
+    assert not unbacked, f"{doc}: gains with no comparison of that name behind them: {unbacked}"
+
+
+def test_a_quote_is_tied_to_its_own_comparison():
+    """A number some other comparison gives does not back a quote: "+0.000 ± 0.000" is every zero pair's,
+    so beside a scheme that did move it fails; beside the arm that gives it, it passes."""
+    known = {"+0.000 ± 0.000": [frozenset({"grpo_match"})], "+0.117 ± 0.043": [frozenset({"counterfactual"})]}
+    assert backed("+0.000 ± 0.000", "| `grpo_match` − warm start | +0.000 ± 0.000 |", known)
+    assert not backed("+0.000 ± 0.000", "| `counterfactual` − warm start | +0.000 ± 0.000 |", known)
+    assert not backed("+0.117 ± 0.043", "magicselector gains +0.117 ± 0.043 on dialogues.", known)
+    got = quote_contexts("| a | +0.117 ± 0.043 |\n| b | −0.001 ± 0.002 |\n\nFirst sentence +0.100 ± 0.010 here. "
+                         "Second `x` sentence −0.200 ± 0.020.")
+    assert got == [("+0.117 ± 0.043", "| a | +0.117 ± 0.043 |"), ("-0.001 ± 0.002", "| b | −0.001 ± 0.002 |"),
+                   ("+0.100 ± 0.010", "First sentence +0.100 ± 0.010 here."),
+                   ("-0.200 ± 0.020", "Second `x` sentence −0.200 ± 0.020.")]
 
 
 FIRST_STAGE_RUNGS = ("BM25", "dense (MiniLM)", "hybrid (BM25 + MiniLM)")  # need no trained model
@@ -372,11 +441,14 @@ def test_readme_results_table_numbers_are_in_the_files_it_names():
     section = text[begin:text.find("\n## ", begin + 1)]
     rows = [line for line in section.splitlines() if line.startswith("|") and ".json`" in line]
     assert rows
+    gains = paired_gains_from_rows()
     for line in rows:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         files = re.findall(r"`(\w+)\.json`", cells[-1])
         known = set().union(*(printed_forms(v) for f in files for v in payload_numbers(payload(f))))
         known |= {n for f in files if f in sections() for n in re.findall(r"\d+\.\d+", sections()[f]["body"])}
+        # a "mean ± se" its own comparison backs (e.g. the seed-level gain over runs that differ by seed)
+        known |= {n.lstrip("+-") for q, c in quote_contexts(line) if backed(q, c, gains) for n in q.split(" ± ")}
         for number in re.findall(r"(?<![\w@])[+−-]?\d+\.\d+", cells[1]):
             assert number.replace("−", "-").lstrip("+") in known, f"README: {number} ({cells[0]}) is not in {files}"
 
