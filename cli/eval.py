@@ -171,6 +171,12 @@ def load_eval_data(args: argparse.Namespace) -> tuple[str, ToolCorpus, list[Task
         loaded = load_corpus_and_tasks(args.corpus, args.tasks)
         corpus, tasks = loaded.corpus, loaded.tasks
         name = Path(args.tasks).stem
+        if args.split is not None:  # was ignored: every task scored, exit 0
+            splits = sorted({t.split for t in tasks})
+            tasks = [t for t in tasks if t.split == args.split]
+            if not tasks:
+                raise ValueError(f"--split {args.split!r}: no task of {args.tasks} is in that split; "
+                                 f"its splits: {splits}")
     else:
         raise ValueError("give --dataset NAME, both --tasks PATH and --corpus PATH, or --tasks EXPORT_DIR")
     check_unique_task_ids(tasks, args.tasks or name)

@@ -84,8 +84,10 @@ class Task:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Task":
+        from toolgym.retrieval.corpus import record_id  # not str(): 1e999 became "inf", NaN "nan"
+
         return cls(
-            id=str(d["id"]),
+            id=record_id(d["id"], "task id"),
             query=d["query"],  # not str(): a null query must be refused, not searched as "None"
             gold=d["gold"],
             messages=tuple(d.get("messages") or ()),

@@ -223,6 +223,9 @@ def _search(query: str, category: str | None) -> Action:
     query = " ".join(query.split())
     if not query:
         return Invalid("the search query is empty")
+    if "\x00" in query or (category and "\x00" in category):
+        # the raw-text check in parse_action misses a NUL sent as the JSON escape "\u0000"
+        return Invalid("the search contains a NUL character")
     if _SURROGATE.search(query) or (category and _SURROGATE.search(category)):
         # A JSON escape such as "\ud800" decodes to half a character; it cannot be shown or encoded.
         return Invalid("the search contains an invalid Unicode escape (a lone surrogate)")
@@ -255,6 +258,8 @@ def _submit(tools: Sequence[Any]) -> Action:
     ids = tuple(dict.fromkeys(tools))
     if any(not t.strip() for t in ids):
         return Invalid("a submitted tool id is empty")
+    if any("\x00" in t for t in ids):  # a JSON "\u0000" escape: the raw-text NUL check cannot see it
+        return Invalid("a submitted tool id contains a NUL character")
     if not ids:
         return Invalid("submit needs at least one tool id")
     if len(ids) > MAX_SUBMIT:

@@ -10,6 +10,19 @@ from typing import Any, Iterable, Iterator
 from toolgym.retrieval.text import parameter_text, split_identifiers
 
 
+def record_id(value: Any, what: str = "id") -> str:
+    """A record's id as text: a string as given, an integer in decimal; anything else is refused.
+
+    ``str()`` of any JSON number used to pass: ``1e999`` became ``"inf"``, ``NaN`` ``"nan"`` and
+    ``1e20`` ``"1e+20"`` (an id that is not the one in the file)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    got = "null" if value is None else f"{type(value).__name__} {value!r}"
+    raise ValueError(f"{what} must be a string or an integer, got {got}")
+
+
 @dataclass(frozen=True)
 class Tool:
     """One callable tool (an API). ``id`` is unique within its corpus."""
@@ -23,8 +36,9 @@ class Tool:
     def __post_init__(self) -> None:
         # Categories are dictionary keys and filter values: a list or number here would fail
         # far away (or silently never match), so refuse it at construction.
-        if not isinstance(self.id, str) or not self.id:
-            raise ValueError(f"tool id must be a non-empty string, got {self.id!r}")
+        if not isinstance(self.id, str) or not self.id.strip():
+            # a blank id could never be submitted (a submit of " " is refused as empty)
+            raise ValueError(f"tool id must be a non-blank string, got {self.id!r}")
         if self.category is not None and not isinstance(self.category, str):
             raise ValueError(f"tool {self.id!r}: category must be a string or null, got {type(self.category).__name__}")
         if not isinstance(self.parameters, dict):
@@ -43,9 +57,10 @@ class Tool:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> "Tool":
+        tool_id = record_id(record["id"], "tool id")
         return cls(
-            id=str(record["id"]),
-            name=str(record.get("name", record["id"])),
+            id=tool_id,
+            name=str(record.get("name", tool_id)),
             description=str(record.get("description") or ""),
             category=record.get("category"),
             parameters=record.get("parameters") or {},

@@ -136,3 +136,306 @@ def test_empty_config_file_is_refused(tmp_path, capsys, text):
     assert main(["train", str(config), f"run_dir={tmp_path / 'run'}"]) == 2
     one_error_line(capsys.readouterr().err, "empty.yaml", "no settings")
     assert not (tmp_path / "run").exists()
+
+
+# -- item 1: an export folder is read from its own files only ---------------------------------
+def _write_export(root: Path, tasks: list[Task] | None = None, *, task_cells: list | None = None,
+                  tools: list[Tool] | None = None, split: str = "dev", readme: str | None = None) -> Path:
+    """An export-hf folder written by hand (what ``toolgym export-hf`` writes, minus the prompts)."""
+    import pandas as pd
+
+    from toolgym.trainers.export_hf import corpus_rows
+
+    corpus = ToolCorpus(tools or TOOLS, name="x")
+    (root / "corpus").mkdir(parents=True, exist_ok=True)
+    (root / "tasks").mkdir(exist_ok=True)
+    pd.DataFrame(corpus_rows(corpus)).to_parquet(root / "corpus" / "tools.parquet", index=False)
+    cells = task_cells if task_cells is not None else [json.dumps(t.to_dict()) for t in (tasks or TASKS)]
+    pd.DataFrame({"task_id": [f"r{i}" for i in range(len(cells))], "task": cells}).to_parquet(
+        root / "tasks" / f"{split}.parquet", index=False)
+    if readme is not None:
+        (root / "README.md").write_text(readme)
+    return root
+
+
+def _card(tasks_path: str, corpus_path: str = "corpus/tools.parquet", split: str = "dev") -> str:
+    return ("---\nconfigs:\n- config_name: tasks\n  data_files:\n"
+            f"  - split: {split}\n    path: {json.dumps(tasks_path)}\n"
+            "- config_name: corpus\n  data_files:\n  - split: train\n"
+            f"    path: {json.dumps(corpus_path)}\n---\n# export\n")
+
+
+EVIL = [Task("evil", "Convert money please", frozenset({"currency_convert"}), split="dev")]
+
+
+class _Server:
+    """A loopback HTTP server that serves one parquet file and counts every request."""
+
+    def __init__(self, body: bytes):
+        seen = self.requests = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                seen.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_HEAD = do_GET  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.timeout = 5
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def evil_parquet(tmp_path):
+    outside = _write_export(tmp_path / "elsewhere", EVIL)
+    return outside / "tasks" / "dev.parquet"
+
+
+def _card_cases(tmp_path: Path, evil: Path, port: int) -> dict[str, str]:
+    return {
+        "url": _card(f"http://127.0.0.1:{port}/tasks/test.parquet"),
+        "absolute": _card(str(evil)),
+        "parent": _card("../elsewhere/tasks/dev.parquet"),
+        "glob": _card("tasks/dev.parquet", corpus_path="/etc/**"),
+    }
+
+
+@pytest.mark.parametrize("case", ["url", "absolute", "parent", "glob"])
+def test_export_card_data_files_are_never_followed(tmp_path, evil_parquet, case):
+    """The card named a URL (toolgym sent ``GET /tasks/test.parquet``), an absolute path, ``../``
+    or ``/etc/**``; datasets followed it. Now only the folder's own parquet files are read."""
+    from toolgym.trainers.export_hf import load_export
+
+    with _Server(evil_parquet.read_bytes()) as server:
+        folder = _write_export(tmp_path / "export", readme=_card_cases(tmp_path, evil_parquet, server.port)[case])
+        corpus, tasks = load_export(folder, split="dev")
+    assert server.requests == []
+    assert [t.id for t in tasks] == ["u1", "u2", "u3"]
+    assert corpus.ids == [t.id for t in TOOLS]
+
+
+def test_cli_export_card_url_is_not_fetched(tmp_path, evil_parquet):
+    """From the command line: the folder's own 3 tasks are scored, the server sees no request."""
+    with _Server(evil_parquet.read_bytes()) as server:
+        folder = _write_export(tmp_path / "export", readme=_card(f"http://127.0.0.1:{server.port}/tasks/test.parquet"))
+        out = _cli("eval", "retrieval", "--tasks", str(folder), "--retriever", "bm25", "--json", str(tmp_path / "r.json"),
+                   env={"HF_DATASETS_OFFLINE": "0", "HF_HUB_OFFLINE": "0"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert server.requests == []
+    assert json.loads((tmp_path / "r.json").read_text())["n"] == 3
+
+
+@pytest.mark.parametrize("case", ["absolute", "parent", "glob"])
+def test_cli_export_card_paths_outside_are_not_read(tmp_path, evil_parquet, case):
+    folder = _write_export(tmp_path / "export", readme=_card_cases(tmp_path, evil_parquet, 9)[case])
+    out = _cli("eval", "retrieval", "--tasks", str(folder), "--retriever", "bm25", "--json", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads((tmp_path / "r.json").read_text())["n"] == 3  # EVIL has 1 task
+
+
+@pytest.mark.parametrize("what", ["tasks file", "tasks folder", "corpus file"])
+def test_export_symlink_leading_outside_is_refused(tmp_path, evil_parquet, what):
+    folder = _write_export(tmp_path / "export")
+    if what == "tasks file":
+        (folder / "tasks" / "dev.parquet").unlink()
+        (folder / "tasks" / "dev.parquet").symlink_to(evil_parquet)
+    elif what == "tasks folder":
+        import shutil
+
+        shutil.rmtree(folder / "tasks")
+        (folder / "tasks").symlink_to(evil_parquet.parent)
+    else:
+        (folder / "corpus" / "tools.parquet").unlink()
+        (folder / "corpus" / "tools.parquet").symlink_to(evil_parquet.parent.parent / "corpus" / "tools.parquet")
+    from toolgym.trainers.export_hf import load_export
+
+    with pytest.raises(DatasetFormatError, match="leads outside the export folder"):
+        load_export(folder)
+
+
+def test_cli_export_symlink_outside_is_one_line(tmp_path, evil_parquet):
+    folder = _write_export(tmp_path / "export")
+    (folder / "tasks" / "dev.parquet").unlink()
+    (folder / "tasks" / "dev.parquet").symlink_to(evil_parquet)
+    out = _cli("eval", "retrieval", "--tasks", str(folder), "--retriever", "bm25")
+    assert out.returncode == 2
+    one_error_line(out.stderr, "dev.parquet", "outside the export folder")
+
+
+def test_export_fifo_is_refused(tmp_path):
+    from toolgym.trainers.export_hf import load_export
+
+    folder = _write_export(tmp_path / "export")
+    (folder / "tasks" / "dev.parquet").unlink()
+    os.mkfifo(folder / "tasks" / "dev.parquet")
+    with pytest.raises(DatasetFormatError, match="FIFO"):
+        load_export(folder)
+
+
+# -- item 12: export cells of the wrong shape name the file and row ---------------------------
+@pytest.mark.parametrize("cells, fragment", [
+    ([7, 8], r"dev.parquet row 1: column 'task' must be a string, got int"),
+    ([None], r"dev.parquet row 1: column 'task' must be a string, got null"),
+    (['[1, 2]'], r"dev.parquet row 1: column 'task' must hold a JSON object \(a Task\), got a list"),
+    ([["a", "b"]], r"dev.parquet row 1: column 'task' must be a string, got list"),
+    (['{"id": "x", "query": "q", '], r"dev.parquet row 1 column 'task': not valid JSON"),
+    (['{"id": "x", "gold": ["weather_now"]}'], r"dev.parquet row 1: the task has no 'query' field"),
+    (['{"id": "x", "query": "", "gold": ["weather_now"]}'], r"dev.parquet row 1: task 'x': query is empty"),
+    (["[" * 100_000 + "]" * 100_000], r"dev.parquet row 1 column 'task': JSON nested deeper than 100 levels"),
+    ([json.dumps({**TASKS[0].to_dict(), "gold": ["no_such_tool"]})],
+     r"dev.parquet row 1: gold tool ids not in corpus/tools.parquet: \['no_such_tool'\]"),
+])
+def test_export_bad_task_cells_name_file_and_row(tmp_path, cells, fragment):
+    from toolgym.trainers.export_hf import load_export
+
+    folder = _write_export(tmp_path / "export", task_cells=cells)
+    with pytest.raises(DatasetFormatError, match=fragment):
+        load_export(folder)
+
+
+def test_export_zero_rows_and_missing_column(tmp_path):
+    import pandas as pd
+
+    from toolgym.trainers.export_hf import load_export
+
+    folder = _write_export(tmp_path / "export")
+    pd.DataFrame({"task": pd.Series([], dtype=str)}).to_parquet(folder / "tasks" / "dev.parquet", index=False)
+    with pytest.raises(DatasetFormatError, match="dev.parquet: has no rows"):
+        load_export(folder)
+    pd.DataFrame({"task_id": ["a"]}).to_parquet(folder / "tasks" / "dev.parquet", index=False)
+    with pytest.raises(DatasetFormatError, match=r"dev.parquet: no column 'task' \(columns: task_id\)"):
+        load_export(folder)
+    pd.DataFrame({"id": ["a"]}).to_parquet(folder / "corpus" / "tools.parquet", index=False)
+    with pytest.raises(DatasetFormatError, match=r"tools.parquet: no column 'name', 'description'"):
+        load_export(folder)
+    (folder / "corpus" / "tools.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(DatasetFormatError, match=r"tools.parquet: not a readable parquet file"):
+        load_export(folder)
+
+
+def test_export_bad_corpus_cells_name_file_and_row(tmp_path):
+    import pandas as pd
+
+    from toolgym.trainers.export_hf import load_export
+
+    folder = _write_export(tmp_path / "export")
+    rows = [{"id": "weather_now", "name": "w", "description": "d", "category": None, "parameters": "{}"},
+            {"id": " ", "name": "w", "description": "d", "category": None, "parameters": "{}"}]
+    pd.DataFrame(rows).to_parquet(folder / "corpus" / "tools.parquet", index=False)
+    with pytest.raises(DatasetFormatError, match=r"tools.parquet row 2: tool id must be"):
+        load_export(folder)
+    rows[1] = {"id": "t2", "name": "w", "description": "d", "category": None, "parameters": "[[["}
+    pd.DataFrame(rows).to_parquet(folder / "corpus" / "tools.parquet", index=False)
+    with pytest.raises(DatasetFormatError, match=r"tools.parquet row 2 column 'parameters': not valid JSON"):
+        load_export(folder)
+
+
+def test_export_without_readme_reads(tmp_path):
+    """The card is documentation: without it the folder still reads ("BuilderConfig 'corpus' not found")."""
+    from toolgym.trainers.export_hf import load_export
+
+    folder = _write_export(tmp_path / "export")
+    assert not (folder / "README.md").exists()
+    corpus, tasks = load_export(folder)
+    assert len(corpus) == 3 and [t.id for t in tasks] == ["u1", "u2", "u3"]
+
+
+def test_export_gold_missing_is_refused_in_retrieval_mode(tmp_path, capsys):
+    """Retrieval mode scored such tasks silently (agent mode refused them)."""
+    cells = [json.dumps(TASKS[0].to_dict()), json.dumps({**TASKS[1].to_dict(), "gold": ["ghost_tool"]})]
+    folder = _write_export(tmp_path / "export", task_cells=cells)
+    assert main(["eval", "retrieval", "--tasks", str(folder), "--retriever", "bm25"]) == 2
+    one_error_line(capsys.readouterr().err, "dev.parquet row 2", "ghost_tool")
+
+
+# -- item 17: --split with --tasks/--corpus, NUL as a JSON escape, number ids, blank tool ids ---
+def test_eval_retrieval_split_is_applied_to_user_files(tmp_path, capsys):
+    corpus, tasks = _user_files(tmp_path)
+    assert main(["eval", "retrieval", "--tasks", tasks, "--corpus", corpus, "--split", "nope", "--retriever", "bm25"]) == 2
+    one_error_line(capsys.readouterr().err, "--split 'nope'", "tasks.jsonl", "['dev']")
+    records = [dict(t.to_dict(), split="test" if t.id == "u2" else "dev") for t in TASKS]
+    Path(tasks).write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "r.json"
+    assert main(["eval", "retrieval", "--tasks", tasks, "--corpus", corpus, "--split", "dev", "--retriever", "bm25",
+                 "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["n"] == 2
+
+
+@pytest.mark.parametrize("protocol, text", [
+    ("hermes", '<tool_call>{"name": "search", "arguments": {"query": "weather\\u0000 Oslo"}}</tool_call>'),
+    ("hermes", '<tool_call>{"name": "search", "arguments": {"query": "weather", "category": "W\\u0000"}}</tool_call>'),
+    ("hermes", '<tool_call>{"name": "submit", "arguments": {"tools": ["weather_now\\u0000"]}}</tool_call>'),
+    ("hermes", '<tool_call>{"name": "submit", "arguments": "{\\"tools\\": [\\"a\\\\u0000\\"]}"}</tool_call>'),
+    ("search_r1", '<answer>["weather_now\\u0000"]</answer>'),
+])
+def test_nul_as_json_escape_is_an_invalid_action(protocol, text):
+    from toolgym.envs.syntax import Invalid, parse_action
+
+    assert "\x00" not in text
+    action = parse_action(text, protocol)
+    assert isinstance(action, Invalid) and "NUL" in action.reason, action
+
+
+def test_nul_as_json_escape_in_the_env_is_an_error_observation():
+    import gymnasium
+
+    import toolgym.envs  # noqa: F401
+
+    env = gymnasium.make("toolgym/ToolSearch-v0")
+    env.reset(seed=0)
+    obs, _, _, _, info = env.step('<tool_call>{"name": "search", "arguments": {"query": "weather\\u0000"}}</tool_call>')
+    assert "NUL" in obs and info["invalid"] == 1
+    env.close()
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    ("1e999", "task id must be a string or an integer, got float inf"),
+    ("NaN", "task id must be a string or an integer, got float nan"),
+    ("1e20", "task id must be a string or an integer, got float 1e\\+20"),
+    ("true", "field 'id' should be|task id must be"),
+    ("null", "task id must be a string or an integer, got null"),
+])
+def test_number_task_ids_are_refused_not_stringified(tmp_path, raw, fragment):
+    from toolgym.data.toolgym_format import load_corpus_and_tasks
+
+    corpus, tasks = _user_files(tmp_path)
+    Path(tasks).write_text(f'{{"id": {raw}, "query": "Is it windy?", "gold": ["weather_now"]}}\n')
+    with pytest.raises(ValueError, match=rf"tasks.jsonl:1: .*({fragment})"):
+        load_corpus_and_tasks(corpus, tasks)
+    assert Task.from_dict({"id": 7, "query": "q", "gold": ["a"]}).id == "7"  # integers stay ids
+
+
+def test_number_ids_in_record_from_dict():
+    with pytest.raises(ValueError, match="task id must be a string or an integer, got float inf"):
+        Task.from_dict(json.loads('{"id": 1e999, "query": "q", "gold": ["a"]}'))
+    with pytest.raises(ValueError, match="tool id must be a string or an integer, got float nan"):
+        Tool.from_dict(json.loads('{"id": NaN, "name": "n"}'))
+
+
+@pytest.mark.parametrize("tool_id", [" ", "\t", "\u3000  "])
+def test_blank_tool_id_is_refused(tmp_path, tool_id, capsys):
+    """A blank id could never be submitted (the parser refuses an empty submitted id)."""
+    with pytest.raises(ValueError, match="tool id must be a non-blank string"):
+        Tool(tool_id, "n", "d")
+    corpus, tasks = _user_files(tmp_path)
+    records = [t.to_dict() for t in TOOLS] + [Tool("x", "blank", "A tool with a blank id").to_dict() | {"id": tool_id}]
+    Path(corpus).write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["eval", "retrieval", "--tasks", tasks, "--corpus", corpus, "--retriever", "bm25"]) == 2
+    one_error_line(capsys.readouterr().err, "tools.jsonl:4", "non-blank")

@@ -282,7 +282,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from toolgym.envs.syntax import render_call  # noqa: E402
 
-_words = st.text(min_size=1, max_size=40).map(lambda s: " ".join(s.split())).filter(bool)
+_words = st.text(min_size=1, max_size=40).map(lambda s: " ".join(s.split())).filter(lambda s: s and "\x00" not in s)  # a NUL (even as "\\u0000") is refused
 _ids = st.text(min_size=1, max_size=30).filter(lambda s: s.strip() and "\x00" not in s)
 _searches = st.builds(Search, _words, st.none() | _words)
 _submits = st.lists(_ids, min_size=1, max_size=8, unique=True).map(lambda ids: Submit(tuple(ids)))

@@ -17,7 +17,9 @@
   --tasks DIR`` reads the tasks back exactly.
 
 The folder: ``README.md`` (the dataset card: counts, source and licence, how the tasks were
-derived, the two configs), ``tasks/<split>.parquet`` and ``corpus/tools.parquet``::
+derived, the two configs), ``tasks/<split>.parquet`` and ``corpus/tools.parquet``. toolgym reads
+it back (:func:`load_export`) from those parquet files alone, never through the card, which could
+name a URL or a path outside the folder. With ``datasets``::
 
     import datasets
     tasks = datasets.load_dataset(DIR, "tasks", split="train")
@@ -26,6 +28,8 @@ derived, the two configs), ``tasks/<split>.parquet`` and ``corpus/tools.parquet`
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -229,24 +233,139 @@ def is_export_dir(path: str | Path) -> bool:
     return p.is_dir() and (p / CORPUS_FILE).exists() and (p / "tasks").is_dir()
 
 
-def load_export(path: str | Path, split: str | None = None) -> tuple[Any, list[Any]]:
-    """``(ToolCorpus, tasks)`` of an :func:`export_hf` folder, read with ``datasets``; ``split`` picks one split."""
-    import datasets
+# An export folder is read from its own parquet files only, with pyarrow: ``datasets.load_dataset``
+# followed the README card's ``data_files``, which can name a URL (an HTTP request, a DNS look-up),
+# an absolute path, ``../`` or a glob (``/etc/**``). The card is documentation; it is never read.
+MAX_EXPORT_FILE_BYTES = 1 << 30  # one parquet file on disk
+MAX_EXPORT_DATA_BYTES = 4 << 30  # its columns uncompressed, from the footer, before any page is read
+MAX_EXPORT_ROWS = 4_000_000
+MAX_EXPORT_SPLITS = 256
+TASK_COLUMN = "task"
+CORPUS_COLUMNS = ("id", "name", "description", "category", "parameters")
 
+
+def _inside(root: Path, rel: str) -> Path:
+    """``root/rel``, refused when it (or a symbolic link on the way) leads outside ``root``."""
+    from toolgym.data.readers import DatasetFormatError
+
+    path = root / rel
+    resolved = path.resolve()
+    if not resolved.is_relative_to(root):
+        raise DatasetFormatError(f"{path}: leads outside the export folder {root} (to {resolved}); an export folder "
+                                 "is read from its own files only")
+    return resolved
+
+
+def _read_parquet(root: Path, rel: str, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows of ``root/rel`` (a regular file inside ``root``), ``columns`` only, size and row
+    count checked from the footer before any data page is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from toolgym.data.readers import DatasetFormatError, open_regular
+
+    path = _inside(root, rel)
+    where = root / rel
+    try:
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_EXPORT_FILE_BYTES:
+                raise DatasetFormatError(f"{where}: larger than {MAX_EXPORT_FILE_BYTES:,} bytes")
+            pf = pq.ParquetFile(f)
+            meta = pf.metadata
+            if meta.num_rows > MAX_EXPORT_ROWS:
+                raise DatasetFormatError(f"{where}: {meta.num_rows:,} rows; at most {MAX_EXPORT_ROWS:,} are read")
+            names = pf.schema_arrow.names
+            missing = [c for c in columns if c not in names]
+            if missing:
+                raise DatasetFormatError(f"{where}: no column {', '.join(map(repr, missing))} (columns: "
+                                         f"{', '.join(names[:20]) or 'none'}); not a toolgym export-hf file")
+            wanted = {names.index(c) for c in columns}
+            data = sum(meta.row_group(g).column(c).total_uncompressed_size
+                       for g in range(meta.num_row_groups) for c in range(meta.num_columns) if c in wanted)
+            if data > MAX_EXPORT_DATA_BYTES:
+                raise DatasetFormatError(f"{where}: {data:,} bytes uncompressed; at most {MAX_EXPORT_DATA_BYTES:,}")
+            table = pf.read(columns=list(columns))
+    except DatasetFormatError:
+        raise
+    except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
+        raise DatasetFormatError(f"{where}: not a readable parquet file ({' '.join(str(exc).split())[:200]})") from None
+    if table.num_rows == 0:
+        raise DatasetFormatError(f"{where}: has no rows (an export file holds at least one)")
+    return table.to_pylist()
+
+
+def _cell(where: str, row: dict[str, Any], column: str, *, nullable: bool = False) -> Any:
+    from toolgym.data.readers import DatasetFormatError
+
+    value = row[column]
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str):
+        got = "null" if value is None else type(value).__name__
+        raise DatasetFormatError(f"{where}: column {column!r} must be a string{' or null' if nullable else ''}, got {got}")
+    return value
+
+
+def load_export(path: str | Path, split: str | None = None) -> tuple[Any, list[Any]]:
+    """``(ToolCorpus, tasks)`` of an :func:`export_hf` folder; ``split`` picks one split.
+
+    Reads ``corpus/tools.parquet`` and ``tasks/<split>.parquet`` of the folder itself (never the
+    README card, never a path outside the folder); every cell is checked and an error names the
+    file and row (1-based): ``tasks/dev.parquet row 3: column 'task' ...``. Gold ids must be in the
+    corpus.
+    """
+    from toolgym.data.readers import DatasetFormatError, loads_json
     from toolgym.data.records import Task
     from toolgym.retrieval.corpus import Tool, ToolCorpus
 
-    path = Path(path)
-    if not is_export_dir(path):
-        raise FileNotFoundError(f"{path}: not a toolgym export-hf folder (needs {CORPUS_FILE} and tasks/*.parquet)")
-    tools = datasets.load_dataset(str(path), CORPUS_CONFIG, split="train")
-    corpus = ToolCorpus([Tool(r["id"], r["name"], r["description"], r["category"], json.loads(r["parameters"] or "{}"))
-                         for r in tools], name=path.name)
-    available = sorted(p.stem for p in (path / "tasks").glob("*.parquet"))
+    given = Path(path)
+    if not is_export_dir(given):
+        raise FileNotFoundError(f"{given}: not a toolgym export-hf folder (needs {CORPUS_FILE} and tasks/*.parquet)")
+    root = given.resolve()
+    tools = []
+    for i, row in enumerate(_read_parquet(root, CORPUS_FILE, CORPUS_COLUMNS), 1):
+        where = f"{given / CORPUS_FILE} row {i}"
+        parameters = _cell(where, row, "parameters", nullable=True)
+        params = loads_json(parameters, f"{where} column 'parameters'") if parameters is not None else {}
+        try:
+            tools.append(Tool(_cell(where, row, "id"), _cell(where, row, "name"),
+                              _cell(where, row, "description", nullable=True) or "",
+                              _cell(where, row, "category", nullable=True), params))
+        except DatasetFormatError:
+            raise
+        except ValueError as exc:
+            raise DatasetFormatError(f"{where}: {exc}") from None
+    try:
+        corpus = ToolCorpus(tools, name=given.name)
+    except ValueError as exc:
+        raise DatasetFormatError(f"{given / CORPUS_FILE}: {exc}") from None
+    tasks_dir = _inside(root, "tasks")
+    available = sorted(p.name[: -len(".parquet")] for p in tasks_dir.iterdir()
+                       if p.name.endswith(".parquet") and not p.name.startswith("."))
+    if not available:
+        raise FileNotFoundError(f"{given}: not a toolgym export-hf folder (no tasks/*.parquet)")
+    if len(available) > MAX_EXPORT_SPLITS:
+        raise DatasetFormatError(f"{given / 'tasks'}: {len(available)} split files; at most {MAX_EXPORT_SPLITS}")
     if split is not None and split not in available:
-        raise ValueError(f"{path}: no split {split!r}; splits here: {available}")
+        raise ValueError(f"{given}: no split {split!r}; splits here: {available}")
     tasks = []
     for name in [split] if split else available:
-        for row in datasets.load_dataset(str(path), TASKS_CONFIG, split=name):
-            tasks.append(Task.from_dict(json.loads(row["task"])))
+        rel = f"tasks/{name}.parquet"
+        for i, row in enumerate(_read_parquet(root, rel, [TASK_COLUMN]), 1):
+            where = f"{given / rel} row {i}"
+            record = loads_json(_cell(where, row, TASK_COLUMN), f"{where} column {TASK_COLUMN!r}")
+            if not isinstance(record, dict):
+                got = {list: "a list", type(None): "null"}.get(type(record), type(record).__name__)
+                raise DatasetFormatError(f"{where}: column {TASK_COLUMN!r} must hold a JSON object (a Task), got {got}")
+            try:
+                task = Task.from_dict(record)
+            except KeyError as exc:
+                raise DatasetFormatError(f"{where}: the task has no {exc.args[0]!r} field") from None
+            except (TypeError, ValueError) as exc:
+                raise DatasetFormatError(f"{where}: {exc}") from None
+            missing = sorted(g for g in task.gold if g not in corpus)
+            if missing:
+                raise DatasetFormatError(f"{where}: gold tool ids not in {CORPUS_FILE}: {missing[:10]}")
+            tasks.append(task)
     return corpus, tasks
