@@ -17,12 +17,15 @@ because ``retrieve`` accepts one ``weight_mask`` per call and leaves masked-out 
 the list at score 0 when a category has fewer than ``k`` matching tools.
 
 The dense embedding matrix is cached on disk as ``emb-<model>-<corpus hash>.npy`` under
-``cache_dir`` (default ``$TOOLGYM_CACHE`` or ``~/.cache/toolgym``).
+``cache_dir`` (default ``$TOOLGYM_CACHE`` or ``~/.cache/toolgym``), with a ``.json`` stamp beside
+it (corpus hash, model, shape, SHA-256 of the matrix); a file that fails the checks of
+:func:`read_embedding_cache` or its stamp is rebuilt.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import threading
@@ -647,15 +650,17 @@ class ToolIndex:
         getter = getattr(enc, "get_embedding_dimension", None) or enc.get_sentence_embedding_dimension
         return int(getter())
 
+    def _cache_stamp(self, emb: np.ndarray) -> dict[str, Any]:
+        """What ties a cached matrix to the corpus and encoder it was built from (the ``.json`` beside it)."""
+        return {"corpus": self.corpus.content_hash, "model": self.model_name, "shape": [int(n) for n in emb.shape],
+                "sha256": hashlib.sha256(np.ascontiguousarray(emb).tobytes()).hexdigest()}
+
     def _load_or_encode_corpus(self) -> np.ndarray:
         path = self.embedding_cache_path
-        if path.exists():
-            try:
-                emb = np.load(path)
-                if emb.ndim == 2 and emb.shape[0] == len(self._ids):
-                    return np.ascontiguousarray(emb, dtype=np.float32)
-            except (OSError, ValueError):
-                pass  # a truncated or foreign file: re-encode and overwrite it
+        emb = read_embedding_cache(path, len(self._ids))
+        if emb is not None and _read_stamp(path) == self._cache_stamp(emb):
+            return emb
+        # absent, truncated, foreign, non-finite, not unit rows, or not the matrix its stamp names: rebuild
         encoder = self._get_encoder()
         with _torch_threads(self._threads_for(str(encoder.device))):
             vecs = encoder.encode(
@@ -671,6 +676,9 @@ class ToolIndex:
             tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")
             np.save(tmp, emb)
             os.replace(tmp, path)  # atomic: concurrent builders never read a half-written file
+            stamp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.json")
+            stamp.write_text(json.dumps(self._cache_stamp(emb)), encoding="utf-8")
+            os.replace(stamp, _stamp_path(path))
         except OSError:
             pass  # a read-only cache dir only costs re-encoding next time
         return emb
@@ -681,6 +689,60 @@ class ToolIndex:
         emb = self.tool_embeddings()
         self._faiss = faiss.IndexFlatIP(emb.shape[1])
         self._faiss.add(emb)
+
+
+MAX_EMBEDDING_DIM = 65_536  # real encoders: 384..4096
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
+def _read_stamp(path: Path) -> Any:
+    try:
+        with open(_stamp_path(path), "rb") as f:
+            return json.loads(f.read(4096))
+    except (OSError, ValueError):
+        return None
+
+
+def read_embedding_cache(path: Path, rows: int) -> np.ndarray | None:
+    """The float32 ``rows x dim`` matrix cached at ``path``, or None when the file is absent or
+    not one: not a regular file, a header of another dtype or shape, a size that is not what the
+    header says (read before any data: a header claiming 10^9 x 384 floats used to end in
+    ``_ArrayMemoryError``), non-finite values (a NaN matrix was searched), or rows that are not
+    unit vectors (the encoder normalises every row)."""
+    import stat
+
+    fmt = np.lib.format
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = fmt.read_array_header_2_0(f)
+            else:
+                return None
+            if (dtype != np.dtype("<f4") or fortran or len(shape) != 2 or shape[0] != rows
+                    or not 1 <= shape[1] <= MAX_EMBEDDING_DIM):
+                return None
+            if st.st_size != f.tell() + rows * shape[1] * 4:
+                return None
+            emb = np.fromfile(f, dtype="<f4", count=rows * shape[1]).reshape(shape)
+        except (OSError, ValueError):
+            return None
+    emb = np.ascontiguousarray(emb, dtype=np.float32)
+    if not np.isfinite(emb).all() or not np.allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-3):
+        return None
+    return emb
 
 
 def hybrid_bm25_weight(corpus: ToolCorpus, model: str | None, bm25_weight: float | None = None) -> tuple[float, str]:

@@ -439,3 +439,58 @@ def test_blank_tool_id_is_refused(tmp_path, tool_id, capsys):
     Path(corpus).write_text("".join(json.dumps(r) + "\n" for r in records))
     assert main(["eval", "retrieval", "--tasks", tasks, "--corpus", corpus, "--retriever", "bm25"]) == 2
     one_error_line(capsys.readouterr().err, "tools.jsonl:4", "non-blank")
+
+
+# -- item 7: a poisoned embedding cache is rebuilt, never searched ----------------------------
+def _fake_npy_header(path: Path, shape: tuple[int, int]) -> None:
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": shape})
+        f.write(b"\0" * 64)
+
+
+@pytest.fixture(scope="module")
+def dense_cache(tmp_path_factory):
+    from toolgym.retrieval import build_index
+
+    corpus = ToolCorpus(TOOLS, name="three")
+    cache = tmp_path_factory.mktemp("emb")
+    index = build_index(corpus, "dense", cache_dir=cache)
+    good = index.tool_embeddings().copy()
+    return corpus, cache, index.embedding_cache_path, good
+
+
+@pytest.mark.parametrize("poison", ["nan", "inf", "huge header", "wrong dim", "truncated", "not unit", "no stamp",
+                                    "other stamp"])
+def test_poisoned_embedding_cache_is_rebuilt(dense_cache, poison):
+    from toolgym.retrieval import build_index
+
+    corpus, cache, path, good = dense_cache
+    stamp = path.with_suffix(".json")
+    path.unlink(missing_ok=True)
+    if poison in ("nan", "inf"):
+        np.save(path, np.full_like(good, np.nan if poison == "nan" else np.inf))
+    elif poison == "huge header":  # 10^9 x 384 floats claimed: _ArrayMemoryError on np.load
+        _fake_npy_header(path, (10**9, 384))
+    elif poison == "wrong dim":
+        np.save(path, np.ones((len(TOOLS), 7), dtype=np.float32) / np.sqrt(7))
+    elif poison == "truncated":
+        np.save(path, good)
+        path.write_bytes(path.read_bytes()[:-40])
+    elif poison == "not unit":
+        np.save(path, good * 3)
+    elif poison == "no stamp":  # right shape, unit rows, finite: someone else's matrix
+        np.save(path, np.roll(good, 1, axis=0))
+        stamp.unlink(missing_ok=True)
+    else:  # a stamp that is not this matrix's
+        np.save(path, np.roll(good, 1, axis=0))
+        stamp.write_text(json.dumps({"corpus": "x", "model": "y", "shape": list(good.shape), "sha256": "0"}))
+    index = build_index(corpus, "dense", cache_dir=cache)
+    start = time.monotonic()
+    emb = index.tool_embeddings()
+    assert time.monotonic() - start < 60
+    np.testing.assert_allclose(emb, good, atol=1e-5)
+    assert list(index.search("wind in Bergen", k=1).ids) == ["weather_now"]
+    # rebuilt in place, with its stamp: the next index reads it without encoding
+    warm = build_index(corpus, "dense", cache_dir=cache)
+    np.testing.assert_allclose(warm.tool_embeddings(), good, atol=1e-5)
+    assert warm._encoder is None
