@@ -263,7 +263,8 @@ def task_set_stats(env_name: str) -> dict[str, Any]:
 def train_rows(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The per-step training numbers a run file keeps (the credit terms' zero-variance flags among them)."""
     keep = ("step", "reward", "zero_adv_group_share", "invalid_rate", "search_turns", "generated_tokens", "step_s")
-    return [{k: v for k, v in m.items() if k in keep or (k.startswith("reward/") and k.endswith(("/zero_var", "/gate_open")))}
+    return [{k: v for k, v in m.items() if k in keep or (k.startswith("reward/") and k.endswith(
+                ("/zero_var", "/gate_open", "/multi_tool_discovery_share", "/discovery_events")))}
             for m in metrics]
 
 
@@ -553,10 +554,17 @@ def degenerate_arms(schemes: dict[str, list[dict[str, Any]]], keys: Sequence[str
             mean = {t: float(np.mean(v)) for t, v in shares.items()}
             only = sorted(set(weighted_terms(a, mean)) ^ set(weighted_terms(b, mean)))
             silent = [t for t in only if mean.get(t, 0.0) == 0.0]
-            cause = (f"the terms only one of them weights ({', '.join(silent)}) were zero in every training group"
-                     if only and len(silent) == len(only) else
-                     "their credit differed, yet every greedy held-out output is the same (updates too small to "
-                     "move an argmax)")
+            (base_a, var_a), (base_b, var_b) = split_run_name(a), split_run_name(b)
+            if base_a == base_b and "mean" in (var_a, var_b):
+                multi = [x for r in schemes[a] + schemes[b] for row in r.get("train", [])
+                         for k, x in row.items() if k.endswith("esm/multi_tool_discovery_share")]
+                cause = ("max and mean aggregation differ only where one search first finds ≥ 2 gold tools: "
+                         + (f"{np.mean(multi):.1%} of the training discovery events" if multi else "not logged"))
+            elif only and len(silent) == len(only):
+                cause = f"the terms only one of them weights ({', '.join(silent)}) were zero in every training group"
+            else:
+                cause = ("their credit differed, yet every greedy held-out output is the same (updates too small to "
+                         "move an argmax)")
             out.append({"a": b, "b": a, "seeds": seeds, "cause": cause})
     return out
 

@@ -213,6 +213,8 @@ class ESM:
         found_any = np.array([[tool in s for s in seen] for tool in tools], dtype=bool).reshape(len(tools), len(trajectories))
         n_tools = max(len(tools), 1)
         credited = [sum(1 for _, f in events if f) for events in discoveries]
+        # events that first-find >= 2 gold tools: the only ones where max and mean aggregation differ
+        multi = sum(1 for events in discoveries for _, f in events if len(f) >= 2)
         mismatches = sum(recorded_first_found_mismatches(t, d) for t, d in zip(trajectories, discoveries))
         return GroupCredit(
             rewards=recall,
@@ -221,6 +223,7 @@ class ESM:
             components={
                 "search_recall": float(recall.mean()),
                 "discovery_events": float(np.mean(credited)),
+                "multi_tool_discovery_share": float(multi / max(sum(credited), 1)),
                 "mastered_tools": float(found_any.all(axis=1).sum() / n_tools),
                 "never_found_tools": float((~found_any.any(axis=1)).sum() / n_tools),
                 "positive_turns": float(np.mean([np.sum(a > 0) for a in turn_adv])),

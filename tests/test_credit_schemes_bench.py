@@ -367,3 +367,15 @@ def test_commit_file_commits_one_file_and_leaves_others(tmp_path):
     assert git("log", "--format=%s").stdout.strip() == "credit_schemes: a run"
     assert git("status", "--porcelain").stdout.strip() == "?? other.txt"
     assert not cs.commit_file(repo / "missing.json", "nothing", root=repo, attempts=2)  # git refuses: a warning
+
+
+def test_a_mean_aggregate_arm_equal_to_its_max_arm_names_the_multi_tool_discoveries():
+    base = {"toolsearcher": [_run_file("toolsearcher", 0, [0, 0, 0], [1, 0, 0])],
+            "toolsearcher+mean": [_run_file("toolsearcher+mean", 0, [0, 0, 0], [1, 0, 0])]}
+    for r in base["toolsearcher"] + base["toolsearcher+mean"]:
+        r["train"] = [{"step": 0, "reward/esm/multi_tool_discovery_share": 0.1},
+                      {"step": 1, "reward/esm/multi_tool_discovery_share": 0.3}]
+    (got,) = cs.degenerate_arms(base, ["f1"])
+    assert "first finds ≥ 2 gold tools: 20.0% of the training discovery events" in got["cause"]
+    kept = cs.train_rows([{"step": 0, "reward/esm/multi_tool_discovery_share": 0.25, "reward/esm/other": 1.0}])
+    assert kept == [{"step": 0, "reward/esm/multi_tool_discovery_share": 0.25}]

@@ -164,6 +164,8 @@ def test_esm_mean_aggregate_averages_the_tools_one_event_finds():
     assert get_reward("esm", aggregate="mean").score_group(group, task).turn_advantages[0][0] == pytest.approx((z_a + z_b) / 2)
     with pytest.raises(ValueError, match="aggregate"):
         get_reward("esm", aggregate="median")
+    # discovery events: rollout 0's one search finds a and b (one event, 2 tools), rollout 1's finds a: 1 of 2
+    assert get_reward("esm").score_group(group, task).components["multi_tool_discovery_share"] == pytest.approx(0.5)
 
 
 def test_esm_turn_without_discovery_is_zero_and_uses_recomputed_first_found(csv_task, csv_group):
