@@ -49,7 +49,10 @@ class SamplingConfig:
     engine: str = "auto"
 
     def __post_init__(self) -> None:
+        from toolgym.data.readers import check_finite_fields
+
         self.stop_strings = tuple(self.stop_strings)
+        check_finite_fields(self, "sampling")  # temperature=.nan sampled garbage
         if self.precision not in PRECISIONS:
             raise ValueError(f"sampling.precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.engine not in ENGINES:

@@ -9,6 +9,17 @@ from pathlib import Path
 from typing import Any, Collection, Iterable, Sequence
 
 
+def _check_unicode(task_id: str, what: str, text: Any) -> None:
+    """A lone surrogate (JSON ``"\\ud800"`` decodes to one) has no UTF-8 form: a dense or hybrid
+    retriever's tokenizer raised ``TypeError`` on it mid-evaluation. Refused at load, naming the task."""
+    if isinstance(text, str) and not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"task {task_id!r}: {what} is not valid Unicode text (a lone surrogate at character "
+                             f"{exc.start})") from None
+
+
 @dataclass(frozen=True)
 class Task:
     """One request: prior dialogue turns, the current query and the gold tool ids."""
@@ -47,6 +58,9 @@ class Task:
             raise ValueError(f"task {self.id!r}: source_id must be a string or null, got {type(self.source_id).__name__}")
         object.__setattr__(self, "gold", frozenset(self.gold))
         object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
+        _check_unicode(self.id, "query", self.query)  # searched as given: a dense encoder cannot take it
+        for i, message in enumerate(self.messages):
+            _check_unicode(self.id, f"messages[{i}] content", message.get("content"))
         if self.subtasks is not None:
             object.__setattr__(self, "subtasks", tuple(self.subtasks))
 
@@ -212,12 +226,16 @@ def first_found_per_search(result_lists: Iterable[Sequence[str]], gold: Collecti
 def write_rollouts(path: str | Path, groups: Iterable[tuple[Task, list[Trajectory]]]) -> int:
     """Write rollout groups as JSONL, one line per task: ``{"task": ..., "trajectories": [...]}``.
 
-    This is the file ``toolgym replay`` re-scores. Returns the number of groups written.
+    This is the file ``toolgym replay`` re-scores. Returns the number of groups written. The
+    file is written atomically (:func:`toolgym.data.atomic.atomic_open`): readers see the old
+    file or the new one, never a partial one.
     """
     import json
 
+    from toolgym.data.atomic import atomic_open
+
     n = 0
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_open(path, "w") as f:  # a full disk or a kill keeps the old file whole
         for task, trajs in groups:
             f.write(json.dumps({"task": task.to_dict(), "trajectories": [t.to_dict() for t in trajs]}) + "\n")
             n += 1

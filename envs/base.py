@@ -149,9 +149,11 @@ class ToolEnv(gymnasium.Env[str, str]):
         self.corpus = corpus
         self.tasks = check_tasks(corpus, tasks)
         if index is None:
-            from toolgym.envs.resources import shared_index
+            from toolgym.envs.resources import check_index_options, shared_index
 
-            index = shared_index(corpus, retriever, **(retriever_options or {}))
+            options = {} if retriever_options is None else retriever_options
+            check_index_options(options)  # a list or an unknown key: one ValueError naming it
+            index = shared_index(corpus, retriever, **options)
         self.index = index
         self.split = split
         self.render_mode = render_mode
@@ -172,6 +174,10 @@ class ToolEnv(gymnasium.Env[str, str]):
             raise ValueError(f"unknown reset option(s) {sorted(map(str, unknown))}; use {', '.join(sorted(self.reset_options))}")
         if "progress" in options:
             options["progress"] = check_progress(options["progress"])
+        split = options.get("split")
+        if split is not None and not isinstance(split, str):
+            raise ValueError(f"options['split'] must be a split name (a string) or None, got {type(split).__name__} "
+                             f"{clip(repr(split))}")
         return self.picker.pick(options, self.np_random), options
 
     def _running(self) -> Episode:

@@ -24,6 +24,7 @@ from toolgym.retrieval.corpus import ToolCorpus
 from toolgym.retrieval.fusion import FUSION_METHODS, fuse
 from toolgym.retrieval.metrics import check_counterfactual_weights, counterfactual_decomposition_reward, ndcg_at_k
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # half a UTF-16 pair: no text encoding (or encoder) takes it
 _SEPARATOR = re.compile(r"<br\s*/?>|\n", re.I)
 # "1.", "2)", "-", "*", "•", "Step 3:", "Subtask 2 -" at the start of a line
 _MARKER = re.compile(r"^\s*(?:(?:step|subtask|task)\s*\d+\s*[:.)-]?|\d+\s*[.)]|[-*•])\s*", re.I)
@@ -113,6 +114,10 @@ class DecompositionEnv(ToolEnv):
         episode = self._running()
         task = episode.task
         invalid = 0 if isinstance(action, str) and len(action) <= ACTION_MAX_CHARS else 1
+        # A JSON "\ud800" decodes to half a character: no retriever can search it (a dense
+        # tokenizer raised TypeError), so the whole answer is invalid, with an error observation.
+        unencodable = not invalid and not action.isascii() and _SURROGATE.search(action) is not None
+        invalid = invalid or int(unencodable)
         all_subtasks = parse_subtasks(action) if not invalid else []
         subtasks = all_subtasks[: self.max_subtasks]
         # One batch: the raw context first, then every subtask.
@@ -128,7 +133,8 @@ class DecompositionEnv(ToolEnv):
             episode.record_search(0, subtask, None, ranking)
         obs = (
             f"Retrieved tools for {len(subtasks)} subtask(s); fused list of {len(fused)} tools. The episode is over."
-            if subtasks else "No subtasks found in the answer. The episode is over."
+            if subtasks else "Invalid answer: it contains an invalid Unicode escape (a lone surrogate); no subtasks "
+            "were searched. The episode is over." if unencodable else "No subtasks found in the answer. The episode is over."
         )
         new_messages = [episode.add_message("assistant", action_text(action))]
         episode.done = True

@@ -13,10 +13,11 @@ from typing import Any
 import gymnasium
 
 from toolgym.data.records import Task
+from toolgym.envs.actions import check_count
 from toolgym.envs.decomposition import DecompositionEnv
 from toolgym.envs.resources import dataset_unavailable_reason, load_shared_dataset, register_dataset
 from toolgym.envs.tool_search import ToolSearchEnv
-from toolgym.envs.vector import BatchedToolSearchVectorEnv
+from toolgym.envs.vector import MAX_NUM_ENVS, BatchedToolSearchVectorEnv
 from toolgym.retrieval.corpus import ToolCorpus
 
 NAMESPACE = "toolgym"
@@ -33,6 +34,8 @@ BENCHMARKS: dict[str, tuple[str, int | None]] = {
 
 
 def _tasks(dataset: str, split: str | None, min_gold: int, max_tasks: int | None) -> tuple[ToolCorpus, list[Task]]:
+    # checked before any loading: a negative count sliced tasks off the end (tasks[:-1]), silently
+    max_tasks = None if max_tasks is None else check_count("max_tasks", max_tasks, 1)
     corpus, tasks = load_shared_dataset(dataset, split)  # missing files: one line saying where data goes
     if min_gold > 1:
         tasks = [t for t in tasks if len(t.gold) >= min_gold]
@@ -73,9 +76,14 @@ def make_decomposition_env(
 
 
 def make_tool_search_vector_env(num_envs: int = 1, **kwargs: Any) -> BatchedToolSearchVectorEnv:
-    """``num_envs`` tool-search envs (same arguments as :func:`make_tool_search_env`) with batched search."""
-    if num_envs < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    """``num_envs`` tool-search envs (same arguments as :func:`make_tool_search_env`) with batched search.
+
+    ``num_envs``: an integer in ``[1, MAX_NUM_ENVS]`` (each sub-env holds its own episode; 10**5 of
+    them took 7 GB), checked before any env is built."""
+    num_envs = check_count("num_envs", num_envs, 1)
+    if num_envs > MAX_NUM_ENVS:
+        raise ValueError(f"num_envs={num_envs}: must be <= {MAX_NUM_ENVS} (each sub-env holds its own episode; "
+                         "run several vector envs for more)")
     kwargs.pop("max_episode_steps", None)  # the env truncates itself after max_turns
     return BatchedToolSearchVectorEnv([make_tool_search_env(**kwargs) for _ in range(num_envs)])
 

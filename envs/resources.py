@@ -26,10 +26,12 @@ def shared_index(corpus: ToolCorpus, method: str = "bm25", **options: Any) -> An
     """The :class:`~toolgym.retrieval.index.ToolIndex` for ``corpus`` built with ``method`` and
     ``options`` (``build_index`` keyword arguments), built on first use and then reused.
 
-    The key uses the corpus's content hash, so an equal corpus loaded twice shares one index.
+    The key uses the corpus's content hash, so an equal corpus loaded twice shares one index. An
+    option ``build_index`` does not take is a ``ValueError`` naming it and the ones it takes.
     """
     from toolgym.retrieval.index import build_index
 
+    check_index_options(options)
     key = (corpus.name, corpus.content_hash, method, _freeze(options))
     with _LOCK:
         index = _INDEXES.get(key)
@@ -37,6 +39,29 @@ def shared_index(corpus: ToolCorpus, method: str = "bm25", **options: Any) -> An
             index = build_index(corpus, method, **options)
             _INDEXES[key] = index
         return index
+
+
+def index_option_names() -> list[str]:
+    """The keyword options of :func:`~toolgym.retrieval.index.build_index` (an env's ``retriever_options``)."""
+    import inspect
+
+    from toolgym.retrieval.index import build_index
+
+    params = inspect.signature(build_index).parameters.values()
+    return sorted(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def check_index_options(options: Any) -> None:
+    """``retriever_options`` must be a mapping of :func:`index_option_names` keys (a ``ValueError``
+    naming the unknown ones, not ``build_index``'s ``TypeError``)."""
+    from collections.abc import Mapping
+
+    if not isinstance(options, Mapping):
+        raise ValueError(f"retriever_options must be a dict of build_index options, got {type(options).__name__}")
+    known = index_option_names()
+    unknown = sorted(str(k)[:80] for k in options if k not in known)
+    if unknown:
+        raise ValueError(f"unknown retriever_options key(s) {unknown}; build_index takes {', '.join(known)}")
 
 
 def register_dataset(name: str, corpus: ToolCorpus, tasks: Sequence[Task]) -> None:

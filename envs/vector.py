@@ -13,7 +13,7 @@ it and ignores its action; it draws a new task with the other options of the las
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,10 @@ from gymnasium.vector.utils import batch_space
 
 from toolgym.envs.actions import Search
 from toolgym.envs.tool_search import ToolSearchEnv
+
+# The most sub-envs one vector env holds (``train.group_size`` x ``tasks_per_step`` has the same
+# cap): each keeps its own episode, and 10**5 of them used 7 GB before the first step.
+MAX_NUM_ENVS = 16384
 
 
 class BatchedToolSearchVectorEnv(VectorEnv):
@@ -38,6 +42,8 @@ class BatchedToolSearchVectorEnv(VectorEnv):
         envs = list(envs)
         if not envs:
             raise ValueError("need at least one environment")
+        if len(envs) > MAX_NUM_ENVS:
+            raise ValueError(f"{len(envs)} sub-envs: at most {MAX_NUM_ENVS} in one vector env")
         for env in envs:
             if not isinstance(env, ToolSearchEnv):
                 raise ValueError(f"every sub-env must be a ToolSearchEnv, got {type(env).__name__}")
@@ -88,8 +94,9 @@ class BatchedToolSearchVectorEnv(VectorEnv):
         return tuple(self._obs), infos
 
     def step(self, actions: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        if isinstance(actions, (str, bytes)):
-            raise ValueError(f"step takes one action per sub-env ({self.num_envs}), not a single {type(actions).__name__}")
+        if isinstance(actions, (str, bytes)) or not isinstance(actions, Iterable):
+            raise ValueError(f"step takes a sequence of actions, one per sub-env ({self.num_envs}), "
+                             f"not a single {type(actions).__name__}")
         actions = list(actions)
         if len(actions) != self.num_envs:
             raise ValueError(f"need {self.num_envs} actions, got {len(actions)}")

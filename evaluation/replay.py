@@ -269,8 +269,13 @@ def plot_report(out: Path, report: dict[str, Any], scored: list[SchemeScores], g
         ax.axis("off")
     fig.tight_layout()
     path = out / "replay.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from toolgym.data.atomic import atomic_open
+
+    try:
+        with atomic_open(path, "wb") as f:
+            fig.savefig(f, dpi=110, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -349,7 +354,9 @@ def replay(path: str, schemes: list[str], out: str | Path, index: Any = None,
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "replay.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "replay.md").write_text(markdown_report(str(path), report))
+    from toolgym.data.atomic import write_text_atomic
+
+    write_text_atomic(out / "replay.json", json.dumps(report, indent=2) + "\n")  # old or new, never half
+    write_text_atomic(out / "replay.md", markdown_report(str(path), report))
     report["png"] = str(plot_report(out, report, scored, groups))
     return report

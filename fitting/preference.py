@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from toolgym.data.atomic import write_text_atomic
 from toolgym.fitting.common import (
     FitDataConfig,
     Budget,
@@ -161,6 +162,6 @@ def fit_preference(cfg: Any) -> dict[str, Any]:
         log.write({"stage": "eval", "step": step, "heldout_accuracy": summary["heldout"]["accuracy"]})
     summary.update(model_dir=str(model_dir), steps=step, elapsed_s=budget.elapsed(),
                    budget_minutes=float(cfg.budget_minutes), config=dataclasses.asdict(cfg))
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     plot_fit_curves(log.path, out_dir / "curves.png", ["loss", "heldout_accuracy"], "fit-preference (pairwise, eq. 20 form)")
     return summary

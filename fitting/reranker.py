@@ -60,6 +60,7 @@ from toolgym.fitting.common import (
     set_seed,
 )
 from toolgym.fitting.retriever import mean_retrieval_metrics
+from toolgym.data.atomic import write_text_atomic
 
 STAGES = ("pointwise", "listwise", "distilled")
 
@@ -402,8 +403,8 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
     summary.update(steps=step, elapsed_s=clock.elapsed(), training_s=budget.elapsed(), budget_minutes=float(cfg.budget_minutes),
                    model_dir=summary["stages"][stages[-1]]["model_dir"] if stages else None,
                    config=dataclasses.asdict(cfg))
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if per_query:
-        (out_dir / "heldout_per_query.json").write_text(json.dumps(per_query) + "\n")
+        write_text_atomic(out_dir / "heldout_per_query.json", json.dumps(per_query) + "\n")
     plot_fit_curves(log.path, out_dir / "curves.png", ["loss", "lr"], "fit-reranker (eq. 16 -> 19 -> 20)")
     return summary

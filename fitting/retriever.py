@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from toolgym.data.atomic import write_text_atomic
 from toolgym.fitting.common import (
     FitDataConfig,
     FitSource,
@@ -343,7 +344,7 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
         "heldout_hybrid": mean_over_sources(hybrid_by_source), "heldout_hybrid_by_source": hybrid_by_source,
         "config": dataclasses.asdict(cfg),
     }
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     plot_fit_curves(log.path, out_dir / "curves.png", ["loss", "lr"], "fit-retriever (eq. 13, InfoNCE)")
     return summary
 
@@ -381,5 +382,5 @@ def retune_hybrid_weight(cfg: Any, evaluate: bool = True) -> dict[str, Any]:
     if evaluate:
         _, hybrid = evaluate_heldout(model_dir, sources, [int(k) for k in cfg.eval_ks])
         summary.update(heldout_hybrid=mean_over_sources(hybrid), heldout_hybrid_by_source=hybrid)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary

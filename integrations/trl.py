@@ -45,8 +45,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolgym.data.records import Trajectory
-from toolgym.envs.actions import Search, Submit
-from toolgym.envs.syntax import hermes_call, render_call
+from toolgym.envs.actions import Invalid, Search, Submit
+from toolgym.envs.syntax import hermes_call, parse_action, render_call
 
 __all__ = ["environment_factory", "reward_funcs", "train_dataset", "prepare_tokenizer", "outcome_reward",
            "grpo_trainer_kwargs", "toolgym_chat_template", "ToolgymEnvironment"]
@@ -128,6 +128,38 @@ class ToolgymEnvironment:
             self._final = info["trajectory"]
         return obs
 
+    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        """Step the env with the tool call TRL parsed, written in the env's protocol.
+
+        The arguments are judged as the Hermes parser judges a call (a non-string query, a
+        non-list ``tools``...); under Hermes the call text goes to the env as is. Under Search-R1,
+        arguments the tags cannot carry (a wrong type; a query holding ``</search>`` or a NUL)
+        become the env's own error observation (an invalid turn), as Hermes gives, never an
+        exception out of the tool method."""
+        call = hermes_call(name, arguments)
+        protocol = self._env.unwrapped.protocol
+        if protocol == "hermes":
+            return self._step(call)  # the env parses and judges it exactly as a local rollout's turn
+        action = parse_action(call, "hermes")
+        try:
+            text = render_call(action, protocol) if isinstance(action, (Search, Submit)) else None
+        except ValueError as exc:
+            return self._invalid(call, str(exc))
+        if text is None:
+            return self._invalid(call, action.reason if isinstance(action, Invalid) else "unrecognised tool call")
+        return self._step(text)
+
+    def _invalid(self, call: str, reason: str) -> str:
+        """An invalid turn with ``reason``: the env's error observation, counted in ``invalid``."""
+        if self._task is None:
+            raise ValueError("reset() first")
+        if not self._running():
+            raise ValueError("the episode is over; answer without a tool call")
+        obs, _, terminated, truncated, info = self._env.unwrapped.finish_step(call, Invalid(reason), None)
+        if terminated or truncated:
+            self._final = info["trajectory"]
+        return obs
+
     def _trajectory(self) -> Trajectory:
         """The episode: the env's own record when it ended, else what it holds so far, ended by ``no_call``
         (TRL stops a rollout when the model answers without a tool call; verl's loop says the same)."""
@@ -181,20 +213,19 @@ def _tool_methods(schemas: Sequence[dict[str, Any]]) -> dict[str, Callable[..., 
     search = by_name["search"]["function"]["parameters"]
     if "category" not in search["properties"]:
         def search_method(self, query: str) -> str:
-            return self._step(render_call(Search(query=query), self._env.unwrapped.protocol))
+            return self._call("search", {"query": query})
     elif "category" in search["required"]:
         def search_method(self, query: str, category: str) -> str:
-            return self._step(render_call(Search(query=query, category=category), self._env.unwrapped.protocol))
+            return self._call("search", {"query": query, "category": category})
     else:
         # `str` with a None default, not `str | None`: get_json_schema would add "nullable", which the env's schema lacks
         def search_method(self, query: str, category: str = None) -> str:  # type: ignore[assignment]
-            return self._step(render_call(Search(query=query, category=category), self._env.unwrapped.protocol))
+            args = {"query": query} if category is None else {"query": query, "category": category}
+            return self._call("search", args)
 
     def submit_method(self, tools: list[str]) -> str:
         # the env checks the ids (unknown, duplicated, too many) exactly as for a local rollout
-        if not isinstance(tools, list):  # the call as written, so the env refuses it as it would locally
-            return self._step(hermes_call("submit", {"tools": tools}))
-        return self._step(render_call(Submit(tool_ids=tuple(str(t) for t in tools)), self._env.unwrapped.protocol))
+        return self._call("submit", {"tools": [str(t) for t in tools] if isinstance(tools, list) else tools})
 
     for name, fn in (("search", search_method), ("submit", submit_method)):
         fn.__name__ = fn.__qualname__ = name

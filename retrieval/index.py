@@ -152,6 +152,12 @@ def _check_query(query: str) -> str:
         raise ValueError(f"query must be a string, got {type(query).__name__}")
     if not query.strip():
         raise ValueError("query is empty: give some words to search for")
+    if not query.isascii():
+        try:  # JSON "\ud800" decodes to half a character: a dense encoder's tokenizer dies on it (TypeError)
+            query.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"query {query[:80]!r} is not valid Unicode text (a lone surrogate at character "
+                             f"{exc.start})") from None
     return query
 
 

@@ -12,6 +12,7 @@ settings of a resumed run differ from the checkpoint's where they must not.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -19,10 +20,13 @@ import pickle
 import re
 import shutil
 import sys
-import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from toolgym.data.atomic import is_no_space, no_space_error
 
 STATE_FILE = "state.json"
 WEIGHTS_FILE = "trainable.pt"
@@ -38,7 +42,11 @@ def trainable_state(model: Any) -> dict[str, Any]:
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: Any, state: dict[str, Any], keep: int = 1) -> Path:
-    """Write ``run_dir/checkpoints/step_<step>`` atomically and keep only the newest ``keep``."""
+    """Write ``run_dir/checkpoints/step_<step>`` atomically and keep only the newest ``keep``.
+
+    Every file is written into ``.tmp_step_<step>`` and fsynced before the folder is renamed into
+    place. A failed write (a full disk, an exception) removes the temporary folder and keeps the
+    older checkpoints; a full disk is one ``OSError`` line saying "no space left"."""
     import torch
 
     root = Path(run_dir) / "checkpoints"
@@ -46,16 +54,45 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: Any, 
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    torch.save(trainable_state(model), tmp / WEIGHTS_FILE)
-    if optimizer is not None:
-        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-    (tmp / STATE_FILE).write_text(json.dumps({**state, "step": step}, indent=2, default=str))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    try:
+        tmp.mkdir()
+        _save_synced(lambda f: torch.save(trainable_state(model), f), tmp / WEIGHTS_FILE)
+        if optimizer is not None:
+            _save_synced(lambda f: torch.save(optimizer.state_dict(), f), tmp / OPTIMIZER_FILE)
+        text = json.dumps({**state, "step": step}, indent=2, default=str)
+        _save_synced(lambda f: f.write(text.encode("utf-8")), tmp / STATE_FILE)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # never a .tmp_step_* left behind
+        if is_no_space(exc):
+            raise no_space_error(final, "checkpoint", "the older checkpoints are kept") from None
+        raise
+    _fsync_folder(root)
     for old in list_checkpoints(run_dir)[:-max(keep, 1)]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _save_synced(write: Any, path: Path) -> None:
+    with open(path, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename inside ``folder`` durable (best effort: not every file system allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _step_folders(run_dir: str | Path) -> list[tuple[int, Path]]:
@@ -115,9 +152,41 @@ def load_tensors(path: str | Path) -> Any:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{path}: refused to load: it holds objects other than tensors and plain containers "
                          f"(torch.load weights_only=True: {first})") from None
-    except (RuntimeError, EOFError) as exc:  # torch's zip reader on a truncated or foreign file
+    except (RuntimeError, EOFError, OSError) as exc:  # torch's zip reader on a truncated or foreign file
+        # (a truncated trainable.pt gave a bare "[Errno 22] Invalid argument", naming no file)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{path}: damaged or not a torch checkpoint file ({first})") from None
+
+
+def tensor_file_problem(path: str | Path) -> str | None:
+    """Why the ``.pt`` file at ``path`` cannot be a whole ``torch.save`` file, or ``None``.
+
+    A cheap check that reads only the zip directory at the file's end: a file cut short (a kill
+    or a full disk during an older, non-atomic save; a copy that stopped) has none, or names
+    members past its end. Content damage inside is caught when it loads (:func:`load_tensors`)."""
+    import zipfile
+
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if info.header_offset + info.compress_size > size:
+                    return f"{path.name} is cut short ({size} bytes; {info.filename} reaches past its end)"
+    except FileNotFoundError:
+        return f"no {path.name}"
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        return f"{path.name} is damaged or cut short ({str(exc).strip() or type(exc).__name__})"
+    return None
+
+
+def checkpoint_problem(checkpoint: str | Path) -> str | None:
+    """Why a step folder cannot be resumed from (its weights or optimiser file damaged), or ``None``."""
+    folder = Path(checkpoint)
+    problem = tensor_file_problem(folder / WEIGHTS_FILE)
+    if problem is None and (folder / OPTIMIZER_FILE).exists():
+        problem = tensor_file_problem(folder / OPTIMIZER_FILE)
+    return problem
 
 
 def load_weights(checkpoint: str | Path, model: Any) -> None:
@@ -171,20 +240,11 @@ def refuse_non_regular(path: str | Path, what: str = "output", *, follow_symlink
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` via a temporary file, fsync and ``os.replace``: readers (and a resumed run)
     see the old file or the new one, never half of one. A path holding anything but a regular
-    file (a device node, a FIFO, a symlink) is refused, never replaced (:func:`refuse_non_regular`)."""
-    path = Path(path)
-    refuse_non_regular(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        refuse_non_regular(path)  # again: the rename must never replace what appeared meanwhile
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    file (a device node, a FIFO, a symlink) is refused, never replaced (:func:`refuse_non_regular`);
+    a full disk is one line saying "no space left" (:func:`toolgym.data.atomic.atomic_open`)."""
+    from toolgym.data.atomic import write_text_atomic as write
+
+    write(path, text)
 
 
 def write_json(path: str | Path, obj: Any) -> None:
@@ -330,27 +390,93 @@ class ResumePlan:
     checkpoint: Path | None
     step: int
     metrics: MetricsPlan
-    skipped: list[Path] = field(default_factory=list)  # newer step folders that are incomplete
+    skipped: list[Path] = field(default_factory=list)  # newer step folders that are incomplete or damaged
+    reasons: dict[Path, str] = field(default_factory=dict)  # why each was skipped
 
 
 def plan_resume(run_dir: str | Path, steps: int | None = None) -> ResumePlan:
-    """Check everything a resume of ``run_dir`` relies on, writing nothing: the newest complete
-    checkpoint (newer incomplete ones, e.g. without ``trainable.pt``, are skipped and named), its
+    """Check everything a resume of ``run_dir`` relies on, writing nothing: the newest intact
+    checkpoint (newer incomplete ones, e.g. without ``trainable.pt``, or damaged ones, e.g. a
+    ``trainable.pt`` cut short, are skipped and named: the run falls back to the one before), its
     state against its folder (:func:`read_state`) and against ``train.steps``, and the metrics
     lines (:func:`plan_metrics`). A bad state or metrics file raises ``ValueError`` before any
     file is touched."""
     run_dir = Path(run_dir)
-    latest = latest_checkpoint(run_dir)
-    skipped = [p for p in incomplete_checkpoints(run_dir)
-               if latest is None or int(STEP_FOLDER.fullmatch(p.name).group(1)) > int(STEP_FOLDER.fullmatch(latest.name).group(1))]
+    reasons = {p: f"no {WEIGHTS_FILE} (an incomplete checkpoint)" for p in incomplete_checkpoints(run_dir)}
+    latest = None
+    for folder in reversed(list_checkpoints(run_dir)):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            latest = folder
+            break
+        reasons[folder] = f"{problem} (a damaged checkpoint)"
+    number = lambda p: int(STEP_FOLDER.fullmatch(p.name).group(1))  # noqa: E731
+    skipped = sorted((p for p in reasons if latest is None or number(p) > number(latest)), key=number)
     if latest is None and skipped:
-        raise ValueError(f"{skipped[-1]}: no {WEIGHTS_FILE} (an incomplete checkpoint) and no earlier complete "
-                         "checkpoint to fall back to: delete it to start again from step 0")
+        raise ValueError(f"{skipped[-1]}: {reasons[skipped[-1]]}, and no earlier complete checkpoint to fall back "
+                         "to: delete it to start again from step 0")
     step = int(read_state(latest)["step"]) if latest is not None else 0
     if steps is not None and step > steps:
         raise ValueError(f"{latest}: the checkpoint is at step {step}, past train.steps={steps}: "
                          "raise train.steps to train on, or choose another run_dir")
-    return ResumePlan(latest, step, plan_metrics(run_dir / "metrics.jsonl", step), skipped)
+    return ResumePlan(latest, step, plan_metrics(run_dir / "metrics.jsonl", step), skipped,
+                      {p: reasons[p] for p in skipped})
+
+
+# -- one process per run folder -------------------------------------------------------------
+LOCK_FILE = ".toolgym.lock"
+
+
+@contextmanager
+def run_dir_lock(run_dir: str | Path, command: str = "toolgym train") -> Iterator[Path]:
+    """Hold ``run_dir`` for this process: a second ``toolgym train`` (or a ``--resume`` while the
+    first still trains) is a ``ValueError`` naming the holder's pid, instead of both writing one
+    ``metrics.jsonl`` and one set of checkpoints.
+
+    ``fcntl.flock`` on ``run_dir/.toolgym.lock``: the kernel drops the lock when its holder exits,
+    however it ends (SIGKILL included), so a killed run never leaves the folder stuck. A folder this
+    call created is removed again if the block fails before writing anything else into it."""
+    import fcntl
+
+    run_dir = Path(run_dir)
+    created = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK_FILE
+    refuse_non_regular(path, "lock file")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise ValueError(f"{run_dir} is in use by another {command} (pid {holder}, holding {path}): wait for it "
+                             "to finish or stop it, or choose another run_dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        done = False
+        try:
+            yield path
+            done = True
+        finally:
+            if created and not done and {p.name for p in run_dir.iterdir()} == {LOCK_FILE}:
+                path.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    run_dir.rmdir()
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def apply_optimizer_settings(optimizer: Any, settings: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """Set ``settings`` (``lr``, ``weight_decay``) on every param group of a restored optimiser,
+    which otherwise keeps the checkpoint's values while ``state.json`` records the new ones.
+    Returns ``{name: (checkpoint's, now)}`` for the values that changed."""
+    changed: dict[str, tuple[float, float]] = {}
+    for group in optimizer.param_groups:
+        for name, value in settings.items():
+            if name in group and group[name] != value:
+                changed.setdefault(name, (group[name], value))
+                group[name] = value
+    return changed
 
 
 # -- resuming with a changed config ---------------------------------------------------------
@@ -414,6 +540,30 @@ def check_resume(checkpoint: str | Path, config: dict[str, Any]) -> dict[str, An
     return state
 
 
+def state_config(checkpoint: str | Path) -> dict[str, Any]:
+    """The run config saved in a checkpoint's ``state.json``, checked for the parts a policy is
+    rebuilt from (``model``, ``sampling``, ``grpo``): a damaged file is a ``ValueError`` naming it
+    and the part, not ``KeyError: 'config'`` or "dictionary update sequence element #0"."""
+    path = Path(checkpoint) / STATE_FILE
+    cfg = read_state(checkpoint).get("config")
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path}: has no 'config' object (got {type(cfg).__name__}); the checkpoint is damaged")
+    out = dict(cfg)
+    for key, required in (("model", True), ("sampling", False), ("grpo", False)):
+        value = cfg.get(key)
+        if value is None and not required:
+            out[key] = {}
+            continue
+        if not isinstance(value, dict):
+            raise ValueError(f"{path}: config.{key} must be an object, got {type(value).__name__}; the checkpoint "
+                             "is damaged")
+        out[key] = dict(value)
+    lora = out["grpo"].get("lora")
+    if lora is not None and not isinstance(lora, dict):
+        raise ValueError(f"{path}: config.grpo.lora must be an object or null, got {type(lora).__name__}")
+    return out
+
+
 def load_policy(policy_or_checkpoint: Any, sampling: Any = None, device: str | None = None) -> Any:
     """An :class:`HFChatPolicy` from a policy object, a model name/path, or a ``toolgym train`` checkpoint/run folder."""
     import dataclasses
@@ -432,10 +582,10 @@ def load_policy(policy_or_checkpoint: Any, sampling: Any = None, device: str | N
             raise FileNotFoundError(f"{path} has no complete checkpoint")
         path = latest
     if (path / STATE_FILE).exists():
-        cfg = read_state(path)["config"]
-        model = strict_dataclass(ModelConfig, dict(cfg["model"]), "checkpoint model")
+        cfg = state_config(path)
+        model = strict_dataclass(ModelConfig, cfg["model"], f"{path / STATE_FILE}: config.model")
         policy = build_policy(dataclasses.replace(model, device=device or model.device), sampling or cfg["sampling"])
-        policy.model = apply_lora(policy.model, (cfg.get("grpo") or {}).get("lora"))  # the wrapping training used
+        policy.model = apply_lora(policy.model, cfg["grpo"].get("lora"))  # the wrapping training used
         load_weights(path, policy.model)
         policy.model.eval()
         return policy

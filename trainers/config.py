@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
-from toolgym.data.readers import MAX_CONFIG_REFERENCES, check_override_shapes, read_yaml_mapping, yaml_references
+from toolgym.data.readers import (MAX_CONFIG_REFERENCES, check_finite_fields, check_override_shapes, read_yaml_mapping,
+                                  yaml_references)
 from toolgym.agents.model import MODEL_DTYPES, ModelConfig, check_device, model_source
 from toolgym.agents.policy import ENGINES, PRECISIONS, SamplingConfig
 
@@ -140,6 +141,28 @@ class GRPOConfig:
     tis_cap: float | None = None
     share_prompt_prefix: bool = False
 
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The ``grpo`` section's ranges, one ``ValueError`` naming the key: every float finite
+        (``lr=.inf`` trained to all-NaN weights with exit 0), the LoRA scale too. Run at
+        construction and again by :func:`validate` (a field may be set after construction)."""
+        check_finite_fields(self, "grpo")
+        _need(self.lr >= 0, "grpo.lr", self.lr, "must be >= 0")
+        _need(self.clip_eps > 0, "grpo.clip_eps", self.clip_eps, "must be > 0")
+        _need(self.kl_coef >= 0, "grpo.kl_coef", self.kl_coef, "must be >= 0")
+        _need(self.weight_decay >= 0, "grpo.weight_decay", self.weight_decay, "must be >= 0")
+        _need(self.max_grad_norm >= 0, "grpo.max_grad_norm", self.max_grad_norm, "must be >= 0 (0 = no clip)")
+        _need(self.micro_batch_size >= 1, "grpo.micro_batch_size", self.micro_batch_size, "must be >= 1")
+        _need(self.mini_batch_size is None or self.mini_batch_size >= 1, "grpo.mini_batch_size", self.mini_batch_size,
+              "must be >= 1, or null for the whole batch")
+        _need(self.epochs >= 1, "grpo.epochs", self.epochs, "must be >= 1")
+        _need(self.logprob_chunk >= 1, "grpo.logprob_chunk", self.logprob_chunk, "must be >= 1")
+        _need(self.tis_cap is None or self.tis_cap >= 1, "grpo.tis_cap", self.tis_cap,
+              "must be >= 1 (a cap on π_train/π_sample), or null")
+        check_lora_numbers(self.lora, "grpo.lora")
+
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "GRPOConfig":
         return strict_dataclass(cls, dict(d or {}), "GRPO")
@@ -187,6 +210,28 @@ class TrainLoopConfig:
     max_tasks: int | None = None
     time_budget_s: float | None = None
 
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The ``train`` section's ranges (see :meth:`GRPOConfig.check`)."""
+        check_finite_fields(self, "train")
+        _need(self.steps >= 1, "train.steps", self.steps, "must be >= 1")
+        _need(self.tasks_per_step >= 1, "train.tasks_per_step", self.tasks_per_step, "must be >= 1")
+        _need(self.group_size >= 1, "train.group_size", self.group_size, "must be >= 1")
+        _need(self.group_size <= MAX_GROUP_SIZE, "train.group_size", self.group_size, f"must be <= {MAX_GROUP_SIZE}")
+        _need(self.tasks_per_step <= MAX_TASKS_PER_STEP, "train.tasks_per_step", self.tasks_per_step,
+              f"must be <= {MAX_TASKS_PER_STEP}")
+        _need(self.group_size * self.tasks_per_step <= MAX_EPISODES_PER_STEP, "train.group_size", self.group_size,
+              f"times train.tasks_per_step ({self.tasks_per_step}) must be <= {MAX_EPISODES_PER_STEP} episodes per "
+              "step (each has its own env and rollout)")
+        _need(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, "must be >= 0 (0 = never)")
+        _need(self.keep_checkpoints >= 1, "train.keep_checkpoints", self.keep_checkpoints, "must be >= 1")
+        _need(self.max_tasks is None or self.max_tasks >= 1, "train.max_tasks", self.max_tasks,
+              "must be >= 1, or null for all tasks")
+        _need(self.time_budget_s is None or self.time_budget_s > 0, "train.time_budget_s", self.time_budget_s,
+              "must be > 0, or null")
+
 
 @dataclass
 class EvalConfig:
@@ -208,6 +253,17 @@ class EvalConfig:
     num_tasks: int | None = 20
     batch_size: int = 8
     temperature: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The ``eval`` section's ranges (see :meth:`GRPOConfig.check`)."""
+        check_finite_fields(self, "eval")
+        _need(self.num_tasks is None or self.num_tasks >= 1, "eval.num_tasks", self.num_tasks,
+              "must be >= 1, or null for all tasks")
+        _need(self.batch_size >= 1, "eval.batch_size", self.batch_size, "must be >= 1")
+        _need(self.temperature >= 0, "eval.temperature", self.temperature, "must be >= 0 (0 = greedy)")
 
 
 @dataclass
@@ -235,6 +291,18 @@ class RolloutConfig:
     worker_gpus: float = 0.0
     threads_per_worker: int = 1
 
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The ``rollout`` section's ranges (see :meth:`GRPOConfig.check`)."""
+        check_finite_fields(self, "rollout")
+        _need(self.backend in ("local", "ray"), "rollout.backend", self.backend, "must be local or ray")
+        _need(self.num_workers >= 1, "rollout.num_workers", self.num_workers, "must be >= 1")
+        _need(self.threads_per_worker >= 1, "rollout.threads_per_worker", self.threads_per_worker, "must be >= 1")
+        _need(self.worker_cpus >= 0, "rollout.worker_cpus", self.worker_cpus, "must be >= 0")
+        _need(self.worker_gpus >= 0, "rollout.worker_gpus", self.worker_gpus, "must be >= 0")
+
 
 @dataclass
 class TrainConfig:
@@ -255,6 +323,15 @@ class TrainConfig:
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The top-level settings: ``seed`` in ``[0, MAX_SEED]`` (``seed=1e23`` died in torch with
+        "Overflow when unpacking long long", naming nothing; a negative one in numpy)."""
+        _need(isinstance(self.seed, int) and 0 <= self.seed <= MAX_SEED, "seed", self.seed,
+              f"must be an integer in [0, {MAX_SEED}]")
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -286,6 +363,8 @@ MAX_OVERRIDES_BYTES = 64 * 1024
 MAX_GROUP_SIZE = 1024
 MAX_TASKS_PER_STEP = 4096
 MAX_EPISODES_PER_STEP = 16384  # group_size * tasks_per_step
+# Sampling seeds are seed * 1_000_003 + step * episodes: they must stay inside torch's int64.
+MAX_SEED = 2**32 - 1
 
 
 def load_config(schema: type[T], path: str | Path | None, overrides: Sequence[str] = (), *,
@@ -352,44 +431,42 @@ def _need(ok: bool, key: str, value: Any, rule: str) -> None:
         raise ValueError(f"{key}={value!r}: {rule}")
 
 
+LORA_SCALES = ("alpha", "lora_alpha")
+LORA_DROPOUTS = ("dropout", "lora_dropout")
+
+
+def check_lora_numbers(lora: Any, prefix: str) -> None:
+    """A LoRA dict's numbers: each float finite (``alpha=.nan`` trained to all-NaN weights), the
+    scale (``alpha`` / ``lora_alpha``) > 0 and the dropout in [0, 1). peft checks the field names."""
+    import math
+
+    if not isinstance(lora, dict):
+        return
+    for key, value in lora.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{prefix}.{key}={value!r}: must be a finite number")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if key in LORA_SCALES and number:
+            _need(value > 0, f"{prefix}.{key}", value, "must be > 0 (the adapter's scale is alpha / r)")
+        if key in LORA_DROPOUTS and number:
+            _need(0 <= value < 1, f"{prefix}.{key}", value, "must be in [0, 1)")
+
+
 def validate(cfg: Any, check_machine: bool = True) -> None:
     """Range checks of every section (one ``ValueError`` line naming the key); with
     ``check_machine`` also that the model weights exist locally and the device exists."""
     t, g, s, e = cfg.train, cfg.grpo, cfg.sampling, cfg.eval
-    _need(t.steps >= 1, "train.steps", t.steps, "must be >= 1")
-    _need(t.tasks_per_step >= 1, "train.tasks_per_step", t.tasks_per_step, "must be >= 1")
-    _need(t.group_size >= 1, "train.group_size", t.group_size, "must be >= 1")
-    _need(t.group_size <= MAX_GROUP_SIZE, "train.group_size", t.group_size, f"must be <= {MAX_GROUP_SIZE}")
-    _need(t.tasks_per_step <= MAX_TASKS_PER_STEP, "train.tasks_per_step", t.tasks_per_step,
-          f"must be <= {MAX_TASKS_PER_STEP}")
-    _need(t.group_size * t.tasks_per_step <= MAX_EPISODES_PER_STEP, "train.group_size", t.group_size,
-          f"times train.tasks_per_step ({t.tasks_per_step}) must be <= {MAX_EPISODES_PER_STEP} episodes per step "
-          "(each has its own env and rollout)")
-    _need(t.checkpoint_every >= 0, "train.checkpoint_every", t.checkpoint_every, "must be >= 0 (0 = never)")
-    _need(t.keep_checkpoints >= 1, "train.keep_checkpoints", t.keep_checkpoints, "must be >= 1")
-    _need(t.max_tasks is None or t.max_tasks >= 1, "train.max_tasks", t.max_tasks, "must be >= 1, or null for all tasks")
-    _need(t.time_budget_s is None or t.time_budget_s > 0, "train.time_budget_s", t.time_budget_s, "must be > 0, or null")
+    for section in (cfg, t, g, e, cfg.rollout):  # each section's own checks (its __post_init__ runs them too)
+        section.check()
+    check_finite_fields(s, "sampling")
     _need(s.max_new_tokens >= 1, "sampling.max_new_tokens", s.max_new_tokens, "must be >= 1")
     _need(s.temperature >= 0, "sampling.temperature", s.temperature, "must be >= 0 (0 = greedy)")
     _need(0 < s.top_p <= 1, "sampling.top_p", s.top_p, "must be in (0, 1]")
     _need(s.top_k >= 0, "sampling.top_k", s.top_k, "must be >= 0 (0 = off)")
     _need(t.max_context_tokens > s.max_new_tokens, "train.max_context_tokens", t.max_context_tokens,
           f"must exceed sampling.max_new_tokens ({s.max_new_tokens}) plus the prompt")
-    _need(g.lr >= 0, "grpo.lr", g.lr, "must be >= 0")
-    _need(g.clip_eps > 0, "grpo.clip_eps", g.clip_eps, "must be > 0")
-    _need(g.kl_coef >= 0, "grpo.kl_coef", g.kl_coef, "must be >= 0")
-    _need(g.max_grad_norm >= 0, "grpo.max_grad_norm", g.max_grad_norm, "must be >= 0 (0 = no clip)")
-    _need(g.micro_batch_size >= 1, "grpo.micro_batch_size", g.micro_batch_size, "must be >= 1")
-    _need(g.mini_batch_size is None or g.mini_batch_size >= 1, "grpo.mini_batch_size", g.mini_batch_size,
-          "must be >= 1, or null for the whole batch")
-    _need(g.epochs >= 1, "grpo.epochs", g.epochs, "must be >= 1")
-    _need(g.logprob_chunk >= 1, "grpo.logprob_chunk", g.logprob_chunk, "must be >= 1")
-    _need(g.tis_cap is None or g.tis_cap >= 1, "grpo.tis_cap", g.tis_cap, "must be >= 1 (a cap on π_train/π_sample), or null")
     _need(s.precision in PRECISIONS, "sampling.precision", s.precision, f"must be one of {', '.join(PRECISIONS)}")
     _need(s.engine in ENGINES, "sampling.engine", s.engine, f"must be one of {', '.join(ENGINES)}")
-    _need(e.num_tasks is None or e.num_tasks >= 1, "eval.num_tasks", e.num_tasks, "must be >= 1, or null for all tasks")
-    _need(e.batch_size >= 1, "eval.batch_size", e.batch_size, "must be >= 1")
-    _need(e.temperature >= 0, "eval.temperature", e.temperature, "must be >= 0 (0 = greedy)")
     dtype = cfg.model.dtype
     _need(dtype is None or dtype in MODEL_DTYPES, "model.dtype", dtype, f"must be one of {', '.join(MODEL_DTYPES)} or null")
     constrained = getattr(cfg.model, "constrained", None)
@@ -397,10 +474,6 @@ def validate(cfg: Any, check_machine: bool = True) -> None:
     if constrained:
         _need(s.top_p == 1.0 and s.top_k == 0, "model.constrained", constrained,
               "needs sampling.top_p=1.0 and sampling.top_k=0 (the trainer scores the full restricted distribution)")
-    r = cfg.rollout
-    _need(r.backend in ("local", "ray"), "rollout.backend", r.backend, "must be local or ray")
-    _need(r.num_workers >= 1, "rollout.num_workers", r.num_workers, "must be >= 1")
-    _need(r.threads_per_worker >= 1, "rollout.threads_per_worker", r.threads_per_worker, "must be >= 1")
     if g.lora:
         from toolgym.agents.hf_policy import lora_config
 

@@ -45,12 +45,17 @@ def plot_curves(metrics_path: str | Path, out_png: str | Path, title: str | None
 
 
 def save_figure(fig: Any, out_png: str | Path, dpi: int = 100) -> Path:
-    """Lay out, write (parent folders made) and close a matplotlib figure; returns the path."""
+    """Lay out, write atomically (parent folders made) and close a matplotlib figure; returns the path."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=dpi)
-    plt.close(fig)
+    from toolgym.data.atomic import atomic_open
+
+    try:
+        with atomic_open(out, "wb") as f:  # never a half-written png over the last good one
+            fig.savefig(f, dpi=dpi, format=out.suffix.lstrip(".") or "png")
+    finally:
+        plt.close(fig)
     return out

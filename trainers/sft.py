@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 
 from toolgym.trainers.config import ModelConfig, config_dict, load_config
 from toolgym.trainers.console import verbose
+from toolgym.data.atomic import write_text_atomic
 
 @dataclass
 class SFTDataConfig:
@@ -88,6 +89,11 @@ class SFTTrainConfig:
     time_budget_s: Optional[float] = None
     gradient_checkpointing: bool = False
     bf16: bool = False
+
+    def __post_init__(self) -> None:
+        from toolgym.data.readers import check_finite_fields
+
+        check_finite_fields(self, "train")  # lr=.inf trained to NaN weights; range checks: _check_sft
 
 
 @dataclass
@@ -329,7 +335,7 @@ def sft(cfg: SFTConfig, resume: bool = False, progress: bool = True) -> dict[str
     summary = {"run_dir": str(run_dir), "model": str(model_dir), "episodes": len(examples), "dropped_too_long": dropped,
                "tokens": n_tokens, "trained_tokens": n_policy, "steps": trainer.state.global_step,
                "train_loss": float(result.training_loss), "seconds": seconds, "config": config_dict(cfg)}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
     if metrics_path.exists() and metrics_path.stat().st_size:
         summary["plot"] = str(plot_curves(metrics_path, run_dir / "curves.png", title=f"SFT {cfg.model.init_from or cfg.model.name}",
                                           panels=SFT_PANELS))

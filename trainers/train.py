@@ -25,7 +25,18 @@ from toolgym.evaluation.evaluate import choose_tasks, env_tasks, evaluate, make_
 
 def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run (or resume) the GRPO loop described by ``cfg`` (a :class:`TrainConfig`, a YAML path or a
-    nested dict, see :func:`load_train_config`); returns a summary dict."""
+    nested dict, see :func:`load_train_config`); returns a summary dict.
+
+    ``run_dir`` is held by this process for the whole run (:func:`~toolgym.trainers.checkpoint.run_dir_lock`):
+    a second run on it is refused, and a killed run leaves no stale lock."""
+    from toolgym.trainers import checkpoint as ckpt
+
+    cfg = as_config(cfg)
+    with ckpt.run_dir_lock(cfg.run_dir):
+        return _train(cfg, resume, progress)
+
+
+def _train(cfg: TrainConfig, resume: bool, progress: bool) -> dict[str, Any]:
     import torch
     from tqdm import tqdm
 
@@ -58,6 +69,11 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     policy.model = apply_lora(policy.model, cfg.grpo.lora)  # generate with the adapter being trained
     trainer = GRPOTrainer(policy.model, cfg.grpo, temperature=cfg.sampling.temperature)
     start_step = resume_from_checkpoint(run_dir, trainer, plan) if resume else 0
+    if resume and plan is not None and plan.checkpoint is not None:
+        # the restored optimiser keeps the checkpoint's lr / weight decay: use (and record) this run's
+        for name, (before, now) in ckpt.apply_optimizer_settings(
+                trainer.optimizer, {"lr": cfg.grpo.lr, "weight_decay": cfg.grpo.weight_decay}).items():
+            print(f"note: grpo.{name} is {now} (the checkpoint trained with {before}); resuming with {now}")
     rollout_fn, backend = rollout_backend(cfg, trainer.model)
 
     bar = tqdm(total=t.steps, initial=start_step, desc="GRPO", disable=not progress)
@@ -215,7 +231,8 @@ def resume_from_checkpoint(run_dir: Path, trainer: Any, plan: Any = None) -> int
 
     plan = plan if plan is not None else ckpt.plan_resume(run_dir)
     for folder in plan.skipped:
-        print(f"warning: {folder}: no {ckpt.WEIGHTS_FILE} (an incomplete checkpoint); skipped", file=sys.stderr)
+        reason = plan.reasons.get(folder, f"no {ckpt.WEIGHTS_FILE} (an incomplete checkpoint)")
+        print(f"warning: {folder}: {reason}; skipped", file=sys.stderr)
     if plan.checkpoint is None:
         print(f"no checkpoint in {run_dir}: starting from step 0")
     else:
