@@ -114,10 +114,45 @@ def load_causal_lm(name_or_path: str, dtype: str | torch.dtype | None = None, de
         kwargs["gguf_file"] = gguf_file
     if dtype is not None and dtype != "auto":
         kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    model = _from_pretrained(AutoModelForCausalLM, folder, **kwargs)
     if device:
         model.to(device)
     return model, load_tokenizer(name_or_path)
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def _from_pretrained(auto: Any, folder: str, **kwargs: Any) -> Any:
+    """``auto.from_pretrained(folder, **kwargs)``; a weights file that does not load as tensors is
+    one ``ValueError`` naming it. transformers loads ``pytorch_model.bin`` with
+    ``torch.load(weights_only=True)``, so a crafted pickle's payload never runs: it is refused with
+    ``UnpicklingError``, which used to reach the user as a traceback."""
+    import pickle
+
+    try:
+        return auto.from_pretrained(folder, **kwargs)
+    except pickle.UnpicklingError as exc:
+        raise ValueError(f"{_weights_path(folder, pickled=True)}: not a weights file of tensors only, refused unread "
+                         f"(weights load with weights_only=True: {_first_line(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error class: a damaged or foreign file
+        if type(exc).__name__ != "SafetensorError":
+            raise
+        raise ValueError(f"{_weights_path(folder)}: unreadable weights ({_first_line(exc)})") from None
+
+
+def _weights_path(folder: str, pickled: bool = False) -> str:
+    path = Path(folder)
+    names = [n for n in WEIGHT_FILES if "pytorch_model" in n] if pickled else WEIGHT_FILES
+    found = [path / name for name in names if (path / name).is_file()] if path.is_dir() else []
+    return str(found[0]) if found else folder
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    # torch's message opens with a paragraph on the weights_only default; its reason is further down
+    reason = next((line for line in lines if line.startswith(("Trying to load unsupported", "Unsupported"))), None)
+    return (reason or (lines[0] if lines else type(exc).__name__))[:200]
 
 
 LORA_RENAMED = {"alpha": "lora_alpha", "dropout": "lora_dropout"}  # toolgym's names before peft's own

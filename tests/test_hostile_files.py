@@ -494,3 +494,63 @@ def test_poisoned_embedding_cache_is_rebuilt(dense_cache, poison):
     warm = build_index(corpus, "dense", cache_dir=cache)
     np.testing.assert_allclose(warm.tool_embeddings(), good, atol=1e-5)
     assert warm._encoder is None
+
+
+# -- item 13: a crafted pytorch_model.bin is refused in one line, its payload never run --------
+class _Payload:
+    """Unpickling this would create ``path`` (what a crafted weights file's code could do)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+@pytest.fixture(scope="module")
+def crafted_model(tmp_path_factory):
+    import torch
+
+    from toolgym.agents.hf_policy import load_tokenizer, tiny_causal_lm
+
+    folder = tmp_path_factory.mktemp("crafted") / "model"
+    tok = load_tokenizer("smollm2")
+    model = tiny_causal_lm(tok)
+    model.config.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    sentinel = folder.parent / "PAYLOAD_RAN"
+    torch.save({"model.embed_tokens.weight": _Payload(str(sentinel))}, folder / "pytorch_model.bin")
+    return folder, sentinel
+
+
+def _check_refused(err: str, folder: Path, sentinel: Path) -> None:
+    one_error_line(err, str(folder / "pytorch_model.bin"), "weights_only=True")
+    assert not sentinel.exists(), "the crafted pickle's payload ran"
+
+
+def test_crafted_weights_via_policy_dir(crafted_model, capsys):
+    folder, sentinel = crafted_model
+    assert main(["eval", "policy", "--env", "toolgym/ToolSearch-v0", "--policy", str(folder), "--limit", "1"]) == 2
+    _check_refused(capsys.readouterr().err, folder, sentinel)
+
+
+def test_crafted_weights_via_state_json(crafted_model, tmp_path, capsys):
+    folder, sentinel = crafted_model
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "state.json").write_text(json.dumps({"step": 1, "config": {"model": {"init_from": str(folder)}}}))
+    assert main(["eval", "policy", "--env", "toolgym/ToolSearch-v0", "--policy", str(checkpoint), "--limit", "1"]) == 2
+    _check_refused(capsys.readouterr().err, folder, sentinel)
+
+
+def test_crafted_weights_via_model_init_from(crafted_model, tmp_path, capsys):
+    import yaml
+
+    folder, sentinel = crafted_model
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "run_dir": str(tmp_path / "run"), "model": {"name": "tiny-llama", "init_from": str(folder)},
+        "env": {"id": "toolgym/ToolSearch-v0", "kwargs": {"max_turns": 2}}, "sampling": {"max_new_tokens": 4},
+        "train": {"steps": 1, "tasks_per_step": 1, "group_size": 2}, "eval": {"before": False, "after": False}}))
+    assert main(["train", str(config), "--no-progress"]) == 2
+    _check_refused(capsys.readouterr().err, folder, sentinel)
