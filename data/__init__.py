@@ -5,6 +5,8 @@ per-benchmark loaders read the original files from any path and return the same
 :class:`Dataset`; ``load_corpus_and_tasks`` reads toolgym's own JSONL format. Bad files raise
 :class:`DatasetFormatError` naming file and line. See docs/datasets.md.
 """
+if __name__ != "toolgym.data":  # the checkout folder imported by its own name: every module would load twice
+    raise ImportError(f"this folder is the package toolgym.data: import toolgym.data (after `pip install -e .` or `make install`), not {__name__!r}")
 from toolgym.data.dataset import Dataset
 from toolgym.data.loaders import (
     DATASETS,

@@ -5,11 +5,15 @@ id of each per bundled benchmark (``toolgym envs`` lists them). See docs/envs.md
 
 Exported here is what a user needs: the environments, the action protocol, registration and
 the shared dataset/index caches. The pieces behind them live in their modules: ``base`` (what
-both envs share), ``actions`` / ``syntax`` / ``checks`` / ``tokens`` / ``prompts`` /
+both envs share), ``checker`` (``check_tool_env``, the env contract beside gymnasium's
+``check_env``), ``actions`` / ``syntax`` / ``checks`` / ``tokens`` / ``prompts`` /
 ``rendering`` (the action protocol, split by concern), ``curriculum``, ``registry``,
 ``resources``, ``spaces``, ``vector``.
 """
+if __name__ != "toolgym.envs":  # the checkout folder imported by its own name: every module would load twice
+    raise ImportError(f"this folder is the package toolgym.envs: import toolgym.envs (after `pip install -e .` or `make install`), not {__name__!r}")
 from toolgym.envs.actions import CATEGORY_MODES, PROTOCOLS, Action, CategoryMode, Invalid, ProtocolName, Search, Submit
+from toolgym.envs.checker import check_tool_env
 from toolgym.envs.curriculum import CategoryCurriculum
 from toolgym.envs.decomposition import DecompositionEnv, parse_subtasks
 from toolgym.envs.registry import BUILTIN_IDS, register_tool_search_env, registered_ids, unavailable_reason
@@ -40,6 +44,7 @@ __all__ = [
     "Search",
     "Submit",
     "ToolSearchEnv",
+    "check_tool_env",
     "clear_caches",
     "parse_action",
     "parse_subtasks",

@@ -6,6 +6,8 @@ returning :class:`SearchResult`; see docs/retrieval.md. The reranker
 torch; import it from its module. Reading corpus files is ``toolgym.data``'s job
 (``toolgym.data.load_corpus``): retrieval never imports data.
 """
+if __name__ != "toolgym.retrieval":  # the checkout folder imported by its own name: every module would load twice
+    raise ImportError(f"this folder is the package toolgym.retrieval: import toolgym.retrieval (after `pip install -e .` or `make install`), not {__name__!r}")
 from toolgym.retrieval.corpus import Tool, ToolCorpus
 from toolgym.retrieval.fusion import FUSION_METHODS, fuse, fuse_max_score, fuse_round_robin, fuse_rrf
 from toolgym.retrieval.index import (

@@ -9,6 +9,8 @@ integration calls it); ``get_reward(name, **runtime, **options)`` is the by-name
 and scorer internals stay in their submodules (``toolgym.rewards.search``, ``.preference``,
 ``.monitors``, ...). See docs/rewards.md.
 """
+if __name__ != "toolgym.rewards":  # the checkout folder imported by its own name: every module would load twice
+    raise ImportError(f"this folder is the package toolgym.rewards: import toolgym.rewards (after `pip install -e .` or `make install`), not {__name__!r}")
 from toolgym.rewards.base import (
     GroupCredit,
     RewardModule,

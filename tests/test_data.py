@@ -177,7 +177,7 @@ def test_bundle_files_are_what_bundle_py_builds():
 
 
 def test_bundled_files_match_package_data_globs():
-    # setup.py ships bundled/*.jsonl.gz, bundled/*.json and bundled/LICENSES/*: nothing else.
+    # pyproject.toml ships bundled/*.jsonl.gz, bundled/*.json and bundled/LICENSES/*: nothing else.
     for p in BUNDLED_DIR.rglob("*"):
         if p.is_file():
             rel = p.relative_to(BUNDLED_DIR).as_posix()

@@ -50,14 +50,26 @@ def test_imports_point_one_way(package):
                 bad.append(f"{path.relative_to(ROOT)} imports {module}")
             if parts[0] == "toolgym" and len(parts) > 1 and parts[1] in FORBIDDEN[package]:
                 bad.append(f"{path.relative_to(ROOT)} imports {module}")
+            if module == "toolgym":  # the root API sits above every room and imports them lazily
+                bad.append(f"{path.relative_to(ROOT)} imports the root package (import from its subpackage)")
     assert not bad, "\n".join(bad)
 
 
-def test_every_subpackage_is_mapped_in_setup():
-    setup = (ROOT / "setup.py").read_text()
+def test_every_package_folder_is_mapped_in_pyproject():
+    """pyproject.toml lists every folder with an ``__init__.py`` as ``toolgym.<folder path>``, and
+    ``toolgym/`` (the root API) as ``toolgym``; nothing else."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    expected = {"toolgym": "toolgym"}
     for package in sorted(FORBIDDEN):
         assert (ROOT / package / "__init__.py").exists()
-        assert f'"{package}"' in setup
+        for init in sorted((ROOT / package).rglob("__init__.py")):
+            folder = init.parent.relative_to(ROOT).as_posix()
+            expected["toolgym." + folder.replace("/", ".")] = folder
+    assert setuptools["package-dir"] == expected
+    assert sorted(setuptools["packages"]) == sorted(expected)
+    assert sorted(p.name for p in (ROOT / "toolgym").iterdir() if p.suffix == ".py") == ["__init__.py"]
 
 
 def test_cli_lists_subcommands(capsys):
