@@ -6,7 +6,7 @@ Importing this package registers, in the importing process:
 * the advantage estimator ``toolgym_turn_credit`` (:mod:`.credit`).
 
 verl imports it in every one of its processes when ``VERL_USE_EXTERNAL_MODULES=toolgym.trainers.verl``
-is set (``scripts/verl/*.sh`` do). The other parts are named by path in the verl config:
+is set (``configs/verl/launch.sh`` does). The other parts are named by path in the verl config:
 ``ToolgymTool`` in the tool YAML (``configs/verl/tool_config.yaml``), ``ToolgymAgentLoopManager``
 as ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` and :func:`.reward.compute_score`
 as ``reward.custom_reward_function``. See docs/scale.md.
