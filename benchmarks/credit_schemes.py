@@ -122,7 +122,9 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
             got = json.loads(marker.read_text())
             if got.get("settings", got) != settings:
                 raise SystemExit(f"{run_dir} holds a run with other settings ({marker.name}); pass another --out")
-            if marker.name == "run.json":
+            if marker.name == "run.json":  # trained; its committed file may be missing (written after a stop)
+                if "fingerprint" in warm and not committed.exists():
+                    write_run_file(committed, got, warm, read_metrics(run_dir / "metrics.jsonl"), args)
                 return got
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "settings.json").write_text(json.dumps(settings, indent=2))
@@ -147,23 +149,30 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
               "gain": compare({"rows": warm["rows"]}, {"rows": points[-1]["rows"]}),
               "zero_variance_share": float(sum(m.get("zero_adv_group_share", 0.0) for m in metrics) / max(len(metrics), 1)),
               "train_invalid_rate": float(sum(m.get("invalid_rate", 0.0) for m in metrics) / max(len(metrics), 1)),
-              "train_seconds": float(sum(m.get("step_s", 0.0) for m in metrics))}
+              "train_seconds": float(sum(m.get("step_s", 0.0) for m in metrics)), "host": host_info()}
     (run_dir / "run.json").write_text(json.dumps(result))
     if "fingerprint" in warm:  # the committed raw file: what --report pools
-        from datetime import datetime, timezone
-
-        rows = train_rows(metrics)
-        committed.parent.mkdir(parents=True, exist_ok=True)
-        committed.write_text(json.dumps({
-            "format": RUN_FORMAT, "env": env_name, "env_id": ENVS[env_name]["id"], "scheme": scheme, "seed": seed,
-            "settings": settings, "warm_start_fingerprint": warm["fingerprint"],
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "task_set": warm.get("task_set"), "warm": {"mean": warm["mean"], "rows": warm["rows"]},
-            "points": points, "train": rows, "credit_nonzero_share": credit_nonzero_share(rows),
-            "train_seconds": result["train_seconds"], "host": host_info()}, indent=1) + "\n")
-        if getattr(args, "commit", False):
-            commit_file(committed, f"credit_schemes: {env_name} {scheme} seed {seed} ({args.steps} steps)")
+        write_run_file(committed, result, warm, metrics, args)
     return result
+
+
+def write_run_file(path: Path, result: dict[str, Any], warm: dict[str, Any], metrics: list[dict[str, Any]],
+                   args: argparse.Namespace) -> None:
+    """The committed raw file of one finished run (``result``: its run.json), and with ``--commit`` its commit."""
+    from datetime import datetime, timezone
+
+    rows = train_rows(metrics)
+    env_name, scheme, seed = result["env"], result["scheme"], result["seed"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "format": RUN_FORMAT, "env": env_name, "env_id": ENVS[env_name]["id"], "scheme": scheme, "seed": seed,
+        "settings": result["settings"], "warm_start_fingerprint": warm["fingerprint"],
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "task_set": warm.get("task_set"), "warm": {"mean": warm["mean"], "rows": warm["rows"]},
+        "points": result["points"], "train": rows, "credit_nonzero_share": credit_nonzero_share(rows),
+        "train_seconds": result["train_seconds"], "host": result.get("host") or host_info()}, indent=1) + "\n")
+    if getattr(args, "commit", False):
+        commit_file(path, f"credit_schemes: {env_name} {scheme} seed {seed} ({args.steps} steps)")
 
 
 def commit_file(path: Path, message: str, attempts: int = 20, root: Path | None = None) -> bool:

@@ -87,6 +87,24 @@ def test_a_committed_run_file_is_resumed_without_training_and_another_warm_start
         cs.run_scheme("toolsearch_multi", "grpo_f1", 1, _args(tmp_path, steps=4), warm={"fingerprint": FP})
 
 
+def test_a_trained_run_whose_committed_file_is_missing_gets_it_from_run_json_without_training(tmp_path):
+    args = _args(tmp_path)
+    settings = {**cs.env_settings("toolsearch_multi", args), "scheme": "grpo_f1", "seed": 0}
+    stored = _run_file("grpo_f1", 0, [0, 0], [1, 0])
+    run_dir = tmp_path / "runs" / "toolsearch_multi" / "grpo_f1_seed0"
+    run_dir.mkdir(parents=True)
+    result = {"env": "toolsearch_multi", "scheme": "grpo_f1", "seed": 0, "settings": settings,
+              "points": stored["points"], "train_seconds": 12.0, "host": {"host": "elsewhere"}}
+    (run_dir / "run.json").write_text(json.dumps(result))
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 0, "reward": 0.5, "reward/esm/zero_var": 1.0}) + "\n")
+    warm = {"fingerprint": FP, "mean": stored["warm"]["mean"], "rows": stored["warm"]["rows"], "task_set": None}
+    cs.run_scheme("toolsearch_multi", "grpo_f1", 0, args, warm)  # no training: the run is finished
+    written = json.loads(cs.run_file("toolsearch_multi", "grpo_f1", 0, Path(args.results_dir)).read_text())
+    assert written["points"] == stored["points"] and written["host"] == {"host": "elsewhere"}
+    assert written["train"] == [{"step": 0, "reward": 0.5, "reward/esm/zero_var": 1.0}]
+    assert written["warm_start_fingerprint"] == FP and written["settings"] == settings
+
+
 def test_report_refuses_to_pool_run_files_of_two_warm_starts(tmp_path):
     (tmp_path / "toolsearch_multi").mkdir()
     for scheme, fp in (("toolsearcher", FP), ("grpo_f1", "sha256:" + "b" * 64)):
