@@ -144,6 +144,20 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[VERBOSE_ENV] = before
 
 
+def stdout_is_broken() -> bool:
+    """Whether standard output's reader has gone (the one broken pipe a command exits 0 on): the write end of
+    a pipe whose reader closed polls as an error."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def _main(argv: list[str]) -> int:
     parser, chosen = build_parser(argv)
     if chosen is None or chosen not in SUBCOMMANDS:
@@ -163,6 +177,8 @@ def _main(argv: list[str]) -> int:
         module = importlib.import_module(SUBCOMMANDS[chosen][0])
         return int(module.run(args) or 0)
     except BrokenPipeError:  # `toolgym envs | head`: the reader left; say nothing, as a shell tool does
+        if not stdout_is_broken():  # another pipe broke (a worker, a socket): an error, never a silent exit 0
+            raise
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush fails too
         except (OSError, ValueError):

@@ -285,3 +285,16 @@ def test_a_closed_pipe_ends_the_command_quietly():
     run = subprocess.run(f"{sys.executable} -m toolgym.cli.main envs | head -c 1", shell=True, capture_output=True,
                          text=True, timeout=120)
     assert "Broken pipe" not in run.stderr and "error" not in run.stderr, run.stderr
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_an_error_not_a_silent_exit_0(monkeypatch):
+    """A BrokenPipeError from elsewhere (a worker's pipe, a socket) once ended a 34-minute `toolgym sft` with
+    exit 0 and no model: only stdout's reader leaving is a quiet exit."""
+    from toolgym.cli import main as cli_main
+
+    def boom(args):
+        raise BrokenPipeError("a worker's pipe")
+
+    monkeypatch.setattr("toolgym.cli.envs.run", boom)
+    with pytest.raises(BrokenPipeError):
+        cli_main.main(["envs"])
