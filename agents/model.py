@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:
     from toolgym.agents.policy import SamplingConfig
 
-__all__ = ["MODEL_DTYPES", "ModelConfig", "build_policy", "check_device", "model_source", "pick_device"]
+__all__ = ["CONSTRAINED_MODES", "MODEL_DTYPES", "ModelConfig", "build_policy", "check_device", "model_source", "pick_device"]
 
 
 @dataclass
@@ -41,9 +41,26 @@ class ModelConfig:
     device: str | None = None
     constrained: str | None = None
 
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The ``model`` section's values, one ``ValueError`` naming the key: a non-empty ``name``,
+        ``dtype`` among :data:`MODEL_DTYPES`, ``constrained`` among :data:`CONSTRAINED_MODES`. Whether
+        the weights and the device exist on this machine is :func:`model_source` / :func:`check_device`."""
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"model.name={self.name!r}: must be a non-empty model name or path")
+        if self.dtype is not None and self.dtype not in MODEL_DTYPES:
+            raise ValueError(f"model.dtype={self.dtype!r}: must be one of {', '.join(MODEL_DTYPES)} or null")
+        if self.constrained is not None and self.constrained not in CONSTRAINED_MODES:
+            raise ValueError(f"model.constrained={self.constrained!r}: must be one of {', '.join(CONSTRAINED_MODES)} "
+                             "or null")
+
 
 # torch dtypes a model may be loaded in (``getattr(torch, name)``); anything else is refused.
 MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16", "float64")
+# values of ``model.constrained`` (:data:`toolgym.agents.constrained.CONSTRAINED_MODES`, which imports torch)
+CONSTRAINED_MODES = ("toolsearch",)
 
 
 def model_source(model: Any) -> str:
@@ -119,8 +136,7 @@ def build_policy(model: "ModelConfig", sampling: "SamplingConfig | Mapping[str, 
 
     if not isinstance(model, ModelConfig):
         raise TypeError(f"build_policy takes a ModelConfig (toolgym.agents.model), got {type(model).__name__}")
-    if model.dtype is not None and model.dtype not in MODEL_DTYPES:
-        raise ValueError(f"model.dtype={model.dtype!r}: must be one of {', '.join(MODEL_DTYPES)} or null")
+    model.check()  # a field may have been set after construction
     policy = HFChatPolicy.from_pretrained(model_source(model), sampling=sampling, dtype=model.dtype,
                                           device=pick_device(model.device))
     if model.dtype not in (None, "auto"):  # tiny-llama is built, not loaded: the dtype applies to it too

@@ -4,6 +4,7 @@ No torch import, so configs and type hints can name these cheaply.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -49,14 +50,37 @@ class SamplingConfig:
     engine: str = "auto"
 
     def __post_init__(self) -> None:
+        self.stop_strings = tuple(self.stop_strings)
+        self.check()
+
+    def check(self) -> None:
+        """The ``sampling`` section's ranges, one ``ValueError`` naming the key (``temperature=.nan``
+        sampled garbage; ``top_p=7`` and ``top_k=-2`` were accepted and ignored). Run at construction
+        and again by the config loader's ``validate`` (a field may be set after construction)."""
         from toolgym.data.readers import check_finite_fields
 
-        self.stop_strings = tuple(self.stop_strings)
-        check_finite_fields(self, "sampling")  # temperature=.nan sampled garbage
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"sampling.precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.engine not in ENGINES:
-            raise ValueError(f"sampling.engine must be one of {ENGINES}, got {self.engine!r}")
+        check_finite_fields(self, "sampling")
+        _need(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens,
+              "must be an integer >= 1")
+        _need(_is_real(self.temperature) and self.temperature >= 0, "temperature", self.temperature,
+              "must be >= 0 (0 = greedy)")
+        _need(_is_real(self.top_p) and 0 < self.top_p <= 1, "top_p", self.top_p, "must be in (0, 1]")
+        _need(_is_int(self.top_k) and self.top_k >= 0, "top_k", self.top_k, "must be an integer >= 0 (0 = off)")
+        _need(self.precision in PRECISIONS, "precision", self.precision, f"must be one of {', '.join(PRECISIONS)}")
+        _need(self.engine in ENGINES, "engine", self.engine, f"must be one of {', '.join(ENGINES)}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _need(ok: bool, key: str, value: Any, rule: str) -> None:
+    if not ok:
+        raise ValueError(f"sampling.{key}={value!r}: {rule}")
 
 
 @dataclass

@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from toolgym.data.records import write_rollouts
+    from toolgym.envs.registry import require_env_id
+
+    require_env_id(args.env_id)  # one line for an unknown id, before any work
 
     try:
         env_kwargs = json.loads(args.env_kwargs)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from toolgym.data.dialogue_generator import GeneratorConfig
-from toolgym.trainers.config import config_yaml, load_config
+from toolgym.trainers.config import config_yaml, load_config, require
 
 BACKENDS = ("templates", "hf", "openai")
 
@@ -29,6 +29,10 @@ class LibraryConfig:
     dataset: Optional[str] = None
     corpus: Optional[str] = None
     name: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.dataset is not None and self.corpus is not None:
+            raise ValueError(f"library must give exactly one of 'dataset' or 'corpus', got {library_spec(self)!r}")
 
 
 @dataclass
@@ -54,6 +58,22 @@ class BackendConfig:
     max_tokens: int = 128
     timeout_s: float = 60.0
 
+    def __post_init__(self) -> None:
+        from toolgym.data.readers import check_finite_fields
+
+        if self.name not in BACKENDS:
+            raise ValueError(f"backend.name must be one of {list(BACKENDS)}, got {self.name!r}")
+        if self.name != "templates" and not self.model:
+            raise ValueError(f"backend {self.name!r} needs a 'model'")
+        if self.name == "openai" and not self.base_url:
+            raise ValueError("backend 'openai' needs a 'base_url'")
+        check_finite_fields(self, "backend")
+        require(self.max_new_tokens >= 1, "backend.max_new_tokens", self.max_new_tokens, "must be >= 1")
+        require(self.temperature >= 0, "backend.temperature", self.temperature, "must be >= 0 (0 = greedy)")
+        require(0 < self.top_p <= 1, "backend.top_p", self.top_p, "must be in (0, 1]")
+        require(self.max_tokens >= 1, "backend.max_tokens", self.max_tokens, "must be >= 1")
+        require(self.timeout_s > 0, "backend.timeout_s", self.timeout_s, "must be > 0")
+
 
 @dataclass
 class GenerateConfig:
@@ -67,6 +87,9 @@ class GenerateConfig:
     backend: BackendConfig = field(default_factory=BackendConfig)
     generator: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        GeneratorConfig.from_dict(self.generator)  # its keys and values, each checked
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config (configs/generate_seal_tools.yaml); key=value pairs after it "
@@ -75,21 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_generate_config(path: str | Path | None, overrides: Sequence[str] = ()) -> GenerateConfig:
-    """``GenerateConfig`` <- YAML file <- ``key=value`` overrides, checked (one line naming a bad value)."""
-    return load_config(GenerateConfig, path, overrides, check=_check_generate)
-
-
-def _check_generate(cfg: GenerateConfig) -> None:
-    GeneratorConfig.from_dict(cfg.generator)
-    b, lib = cfg.backend, cfg.library
-    if b.name not in BACKENDS:
-        raise ValueError(f"backend.name must be one of {list(BACKENDS)}, got {b.name!r}")
-    if b.name != "templates" and not b.model:
-        raise ValueError(f"backend {b.name!r} needs a 'model'")
-    if b.name == "openai" and not b.base_url:
-        raise ValueError("backend 'openai' needs a 'base_url'")
-    if lib.dataset is not None and lib.corpus is not None:
-        raise ValueError(f"library must give exactly one of 'dataset' or 'corpus', got {library_spec(lib)!r}")
+    """``GenerateConfig`` <- YAML file <- ``key=value`` overrides; each section checks itself when
+    it is built (one line naming a bad value)."""
+    return load_config(GenerateConfig, path, overrides)
 
 
 def library_spec(lib: LibraryConfig) -> dict[str, str]:

@@ -5,10 +5,12 @@ Each module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
 
 Errors. Bad input ends in exit status 2 and one line on stderr (``toolgym CMD: error: ...``),
 never a traceback; the rule is by exception type (:func:`is_user_error`): a bad command line,
-``ValueError`` (and its JSON/Unicode subclasses), ``OSError`` (missing, unreadable or misplaced
-files), ``KeyError`` (an unknown name), gymnasium's, omegaconf's and YAML's errors. Every other
-exception (``TypeError``, ``AttributeError``, ``IndexError``, ``RuntimeError``...) is a bug in
-toolgym and keeps its traceback. ``TOOLGYM_DEBUG=1`` shows the traceback of user errors too.
+``ValueError`` (and its subclasses: JSON/Unicode errors, ``UnknownConfigKeyError``,
+``UnknownEnvIdError``), ``OSError`` (missing, unreadable or misplaced files), gymnasium's,
+omegaconf's and YAML's errors. Every other exception (``KeyError``, ``TypeError``,
+``AttributeError``, ``IndexError``, ``RuntimeError``...) is a bug in toolgym and keeps its
+traceback: a lookup of a user-given name that can fail (an env id, a reward, a dataset) raises a
+``ValueError`` with a message instead. ``TOOLGYM_DEBUG=1`` shows the traceback of user errors too.
 Ctrl-C prints one line (``toolgym CMD: interrupted``) and exits 130.
 Outputs are checked before any work (:func:`check_output_file`, :func:`check_output_dir`), so a
 misplaced ``--json`` fails in a second, not after a whole evaluation.
@@ -57,8 +59,9 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
 
 def is_user_error(exc: BaseException) -> bool:
-    """Whether ``exc`` reports bad input (one line, exit 2) rather than a bug (traceback)."""
-    if isinstance(exc, (ValueError, OSError, KeyError)):
+    """Whether ``exc`` reports bad input (one line, exit 2) rather than a bug (traceback). A bare
+    ``KeyError`` is a bug: user-given names are looked up with a ``ValueError`` on failure."""
+    if isinstance(exc, (ValueError, OSError)):
         return True
     return any(cls.__module__ in USER_ERROR_MODULES for cls in type(exc).__mro__)
 

@@ -142,6 +142,26 @@ def registered_ids() -> list[str]:
     return sorted(i for i in gymnasium.registry if i.startswith(f"{NAMESPACE}/") or _is_ours(i))
 
 
+class UnknownEnvIdError(ValueError, KeyError):
+    """An env id gymnasium has no registration for. Bad input, so a ``ValueError`` (the command
+    line prints it as one line); also a ``KeyError``, the type these lookups raised before."""
+
+    __str__ = BaseException.__str__  # the message itself, not KeyError's quoted repr of it
+
+
+def require_env_id(env_id: Any) -> str:
+    """``env_id`` when it is registered with gymnasium (toolgym's ids are, once :mod:`toolgym.envs`
+    is imported, which importing this module does), else :class:`UnknownEnvIdError` naming it and
+    the closest toolgym id. The one check before every ``gymnasium.make`` of a user-given id."""
+    import difflib
+
+    if isinstance(env_id, str) and env_id in gymnasium.registry:
+        return env_id
+    close = difflib.get_close_matches(env_id, registered_ids(), n=1) if isinstance(env_id, str) else []
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise UnknownEnvIdError(f"unknown env id {env_id!r}{hint} (see `toolgym envs`)")
+
+
 def unavailable_reason(env_id: str) -> str | None:
     """``None`` if ``gymnasium.make(env_id)`` finds its data here, else why not (one line)."""
     dataset = gymnasium.spec(env_id).kwargs.get("dataset")

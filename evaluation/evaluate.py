@@ -154,10 +154,9 @@ def make_envs(env_id: str, kwargs: dict[str, Any], n: int) -> list[Any]:
     """
     import gymnasium
 
-    import toolgym.envs  # noqa: F401  (registers the ids)
+    from toolgym.envs.registry import require_env_id  # (importing it registers the ids)
 
-    if env_id not in gymnasium.registry:
-        raise KeyError(f"unknown env id {env_id!r}; see `toolgym envs`")
+    require_env_id(env_id)
     try:
         return [gymnasium.make(env_id, **kwargs) for _ in range(n)]
     except TypeError as exc:

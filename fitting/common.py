@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from toolgym.trainers.config import require
+
 
 class Budget:
     """A wall-clock budget in minutes (``<= 0`` = none): ``spent()`` says when to stop."""
@@ -241,6 +243,20 @@ class FitDataConfig:
     progress: bool = True
     precision: str = "float32"
 
+    def __post_init__(self) -> None:
+        """The data keys' ranges, one ``ValueError`` naming the key (subclasses add their own)."""
+        from toolgym.data.readers import check_finite_fields
+        from toolgym.trainers.config import MAX_SEED
+
+        check_finite_fields(self, "fit")
+        require(0 <= self.heldout_fraction < 1, "heldout_fraction", self.heldout_fraction, "must be in [0, 1)")
+        require(self.train_limit >= 0, "train_limit", self.train_limit, "must be >= 0 (0 = all)")
+        require(self.eval_limit >= 0, "eval_limit", self.eval_limit, "must be >= 0 (0 = all)")
+        require(isinstance(self.seed, int) and 0 <= self.seed <= MAX_SEED, "seed", self.seed,
+                f"must be an integer in [0, {MAX_SEED}]")
+        require(self.precision in FIT_PRECISIONS, "precision", self.precision,
+                f"must be one of {', '.join(FIT_PRECISIONS)}")
+
 
 def load_train_eval(cfg: Any) -> tuple[Any, list[Any], list[Any]]:
     """(corpus, training tasks, held-out tasks) from the data keys of ``cfg`` (:class:`FitDataConfig`).
@@ -307,6 +323,19 @@ class FitSource:
     weight: float = 1.0
     name: Optional[str] = None
 
+    def __post_init__(self) -> None:
+        from toolgym.data.readers import check_finite_fields
+
+        check_finite_fields(self, "sources[]")
+        where = self.name or self.dataset or self.tasks_path
+        if (self.dataset is None) == (self.tasks_path is None):
+            raise ValueError(f"a source ({where!r}) names exactly one of dataset or corpus_path + tasks_path")
+        require(self.weight > 0, f"sources[{where}].weight", self.weight, "must be > 0")
+        require(0 <= self.heldout_fraction < 1, f"sources[{where}].heldout_fraction", self.heldout_fraction,
+                "must be in [0, 1)")
+        require(self.train_limit >= 0, f"sources[{where}].train_limit", self.train_limit, "must be >= 0 (0 = all)")
+        require(self.eval_limit >= 0, f"sources[{where}].eval_limit", self.eval_limit, "must be >= 0 (0 = all)")
+
 
 @dataclass
 class SourceData:
@@ -330,11 +359,7 @@ def load_sources(cfg: Any) -> list[SourceData]:
         name = cfg.dataset if not cfg.tasks_path else Path(cfg.tasks_path).stem
         return [SourceData(str(name), corpus, train, held, 1.0)]
     out: list[SourceData] = []
-    for i, spec in enumerate(specs):
-        if spec.weight <= 0:
-            raise ValueError(f"sources[{i}].weight must be > 0, got {spec.weight}")
-        if (spec.dataset is None) == (spec.tasks_path is None):
-            raise ValueError(f"sources[{i}] names exactly one of dataset or corpus_path + tasks_path")
+    for spec in specs:  # each FitSource checked its own values when it was built
         view = FitDataConfig(dataset=spec.dataset or "", train_split=spec.train_split, eval_split=spec.eval_split,
                              corpus_path=spec.corpus_path, tasks_path=spec.tasks_path,
                              heldout_fraction=spec.heldout_fraction, train_limit=spec.train_limit,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import warnings
 from collections.abc import Callable, Sequence
@@ -61,8 +62,10 @@ from toolgym.fitting.common import (
 )
 from toolgym.fitting.retriever import mean_retrieval_metrics
 from toolgym.data.atomic import write_text_atomic
+from toolgym.trainers.config import require
 
 STAGES = ("pointwise", "listwise", "distilled")
+
 
 @dataclass
 class FitRerankerConfig(FitDataConfig):
@@ -107,6 +110,32 @@ class FitRerankerConfig(FitDataConfig):
     dev_fraction: float = 0.1
     dev_limit: int = 200
     first_stage_weights: list[float] = field(default_factory=lambda: [i / 20 for i in range(21)])
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        unknown = [s for s in self.stages if s not in STAGES]
+        if unknown:
+            raise ValueError(f"unknown reranker stage {unknown[0]!r}; choose from {STAGES}")
+        require(len(self.stage_budget_shares) == len(STAGES) and all(math.isfinite(x) and x >= 0
+                                                                    for x in self.stage_budget_shares),
+                "stage_budget_shares", list(self.stage_budget_shares), f"needs {len(STAGES)} non-negative numbers")
+        require(self.candidates >= 1, "candidates", self.candidates, "must be >= 1")
+        require(self.max_length >= 1, "max_length", self.max_length, "must be >= 1")
+        require(self.lr >= 0, "lr", self.lr, "must be >= 0")
+        require(0 <= self.warmup_ratio <= 1, "warmup_ratio", self.warmup_ratio, "must be in [0, 1]")
+        require(self.epochs >= 1, "epochs", self.epochs, "must be >= 1")
+        require(self.max_steps >= 0, "max_steps", self.max_steps, "must be >= 0 (0 = no limit)")
+        for key in ("point_batch_size", "list_batch_size", "distill_batch_size"):
+            require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
+        for key in ("point_random_negatives", "point_retrieved_negatives", "distill_rounds", "distill_hard_negatives",
+                    "distill_queries", "dev_limit"):
+            require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
+        require(self.list_size >= 2, "list_size", self.list_size, "must be >= 2 (a gold tool and a negative)")
+        require(self.list_target_scale > 0, "list_target_scale", self.list_target_scale, "must be > 0")
+        require(all(k >= 1 for k in self.eval_ks), "eval_ks", self.eval_ks, "must all be >= 1")
+        require(0 <= self.dev_fraction < 1, "dev_fraction", self.dev_fraction, "must be in [0, 1)")
+        require(all(math.isfinite(w) and 0 <= w <= 1 for w in self.first_stage_weights), "first_stage_weights",
+                self.first_stage_weights, "must all be in [0, 1]")
 
 
 def load_reranker(model: str | None, max_length: int) -> Any:
@@ -289,15 +318,8 @@ def fit_reranker(cfg: Any) -> dict[str, Any]:
     from toolgym.data.training_data import listwise_groups, pointwise_examples, random_negatives
     from toolgym.retrieval.rerank import SETTINGS_FILE
 
-    stages = list(cfg.stages)
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown:
-        raise ValueError(f"unknown reranker stage {unknown[0]!r}; choose from {STAGES}")
+    stages = list(cfg.stages)  # stages, shares and fractions: FitRerankerConfig checks them
     shares = [float(x) for x in cfg.stage_budget_shares]
-    if len(shares) != len(STAGES) or any(x < 0 for x in shares):
-        raise ValueError(f"stage_budget_shares needs {len(STAGES)} non-negative numbers, got {shares}")
-    if not 0.0 <= float(cfg.dev_fraction) < 1.0:
-        raise ValueError(f"dev_fraction must be in [0, 1), got {cfg.dev_fraction}")
     fit_dtype(cfg.precision)  # a bad precision fails here, before any index is built
     set_seed(int(cfg.seed))
     clock = Budget(0)  # wall clock of the whole command

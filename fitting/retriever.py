@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from toolgym.data.atomic import write_text_atomic
+from toolgym.trainers.config import require
 from toolgym.fitting.common import (
     FitDataConfig,
     FitSource,
@@ -45,6 +47,8 @@ from toolgym.fitting.common import (
 # (benchmarks/zero_shot_weight.py: each leave-one-out model of the mixture on the training queries
 # of the library it left out, the in-domain tuning rule; docs/retrieval.md, "Per-encoder weight").
 ZERO_SHOT_BM25_WEIGHT = 0.35
+# round 0's negatives: drawn at random (Algorithm 1, line 2) or mined by the starting model
+FIRST_NEGATIVES = ("random", "model")
 
 @dataclass
 class FitRetrieverConfig(FitDataConfig):
@@ -85,6 +89,27 @@ class FitRetrieverConfig(FitDataConfig):
     dev_limit: int = 200
     hybrid_bm25_weights: list[float] = field(default_factory=lambda: [i / 20 for i in range(21)])
     zero_shot_bm25_weight: float = ZERO_SHOT_BM25_WEIGHT
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.epochs >= 1, "epochs", self.epochs, "must be >= 1")
+        require(self.max_steps >= 0, "max_steps", self.max_steps, "must be >= 0 (0 = no limit)")
+        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
+        require(self.lr >= 0, "lr", self.lr, "must be >= 0")
+        require(0 <= self.warmup_ratio <= 1, "warmup_ratio", self.warmup_ratio, "must be in [0, 1]")
+        require(self.max_length >= 1, "max_length", self.max_length, "must be >= 1")
+        require(self.scale > 0, "scale", self.scale, "must be > 0 (1/τ)")
+        require(self.negatives_per_query >= 0, "negatives_per_query", self.negatives_per_query, "must be >= 0")
+        require(self.first_negatives in FIRST_NEGATIVES, "first_negatives", self.first_negatives,
+                f"must be one of {', '.join(FIRST_NEGATIVES)}")
+        require(self.hard_negative_rounds >= 0, "hard_negative_rounds", self.hard_negative_rounds, "must be >= 0")
+        require(all(k >= 1 for k in self.eval_ks), "eval_ks", self.eval_ks, "must all be >= 1")
+        require(0 <= self.dev_fraction < 1, "dev_fraction", self.dev_fraction, "must be in [0, 1)")
+        require(self.dev_limit >= 0, "dev_limit", self.dev_limit, "must be >= 0 (0 = no cap)")
+        require(all(math.isfinite(w) and 0 <= w <= 1 for w in self.hybrid_bm25_weights), "hybrid_bm25_weights",
+                self.hybrid_bm25_weights, "must all be in [0, 1]")
+        require(0 <= self.zero_shot_bm25_weight <= 1, "zero_shot_bm25_weight", self.zero_shot_bm25_weight,
+                "must be in [0, 1]")
 
 
 def mean_retrieval_metrics(rankings: Sequence[Sequence[str]], tasks: Sequence[Any], ks: Sequence[int]) -> dict[str, float]:
@@ -162,9 +187,7 @@ def set_aside_dev(sources: Sequence[Any], cfg: Any) -> dict[str, list]:
     never trained on. A one-group source trains on everything and tunes on nothing."""
     from toolgym.data.training_data import split_tasks
 
-    if not 0.0 <= float(cfg.dev_fraction) < 1.0:
-        raise ValueError(f"dev_fraction must be in [0, 1), got {cfg.dev_fraction}")
-    dev: dict[str, list] = {s.name: [] for s in sources}
+    dev: dict[str, list] = {s.name: [] for s in sources}  # dev_fraction in [0, 1): FitRetrieverConfig's check
     if float(cfg.dev_fraction) > 0:
         for s in sources:
             train, held = split_tasks(s.train, float(cfg.dev_fraction), int(cfg.seed))
@@ -301,10 +324,8 @@ def fit_retriever(cfg: Any) -> dict[str, Any]:
     rounds = max(int(cfg.hard_negative_rounds), 0)
     if cfg.first_negatives == "random":
         negatives = {s.name: {t.id: random_negatives(t.gold, s.corpus.ids, m, rng) for t in s.train} for s in sources}
-    elif cfg.first_negatives == "model":
+    else:  # "model" (FitRetrieverConfig checks the value)
         negatives = {s.name: mine_with_index(build_index(s.corpus, "dense", model=cfg.model), s.train, m) for s in sources}
-    else:
-        raise ValueError(f"first_negatives must be 'random' or 'model', got {cfg.first_negatives!r}")
     weights = {s.name: s.weight for s in sources}
     # The budget bounds training and later mining; the first negatives' cost is a one-off
     # corpus encoding that the embedding cache keeps.

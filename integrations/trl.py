@@ -244,10 +244,9 @@ def environment_factory(env_id: str = "toolgym/ToolSearch-v0", env_kwargs: dict[
     """
     import gymnasium
 
-    import toolgym.envs  # noqa: F401
+    from toolgym.envs.registry import require_env_id  # (importing it registers the ids)
 
-    if env_id not in gymnasium.registry:
-        raise KeyError(f"unknown env id {env_id!r}; see `toolgym envs`")
+    require_env_id(env_id)
     kwargs = dict(env_kwargs or {})
     probe = gymnasium.make(env_id, **kwargs)
     try:

@@ -150,10 +150,9 @@ def _reward_name(reward: Any, module: Any) -> str:
 def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
     import gymnasium
 
-    import toolgym.envs  # noqa: F401  (registers the ids)
+    from toolgym.envs.registry import require_env_id  # (importing it registers the ids)
 
-    if env_id not in gymnasium.registry:
-        raise KeyError(f"unknown env id {env_id!r}; see `toolgym envs`")
+    require_env_id(env_id)
     return gymnasium.make(env_id, **env_kwargs)
 
 

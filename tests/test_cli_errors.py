@@ -220,11 +220,16 @@ def test_user_errors_versus_bugs(monkeypatch, capsys):
     import yaml
     from omegaconf.errors import ConfigKeyError
 
-    for exc in (ValueError("x"), FileNotFoundError("x"), IsADirectoryError("x"), KeyError("x"),
-                json.JSONDecodeError("x", "", 0), gymnasium.error.NameNotFound("x"), ConfigKeyError("x"),
-                yaml.YAMLError("x")):
+    from toolgym.envs.registry import UnknownEnvIdError
+    from toolgym.trainers.config import UnknownConfigKeyError
+
+    for exc in (ValueError("x"), FileNotFoundError("x"), IsADirectoryError("x"), UnknownEnvIdError("x"),
+                UnknownConfigKeyError("x"), json.JSONDecodeError("x", "", 0), gymnasium.error.NameNotFound("x"),
+                ConfigKeyError("x"), yaml.YAMLError("x")):
         assert is_user_error(exc), exc
-    for exc in (TypeError("x"), AttributeError("x"), IndexError("x"), RuntimeError("x"), ZeroDivisionError()):
+    # a bare KeyError is a bug in toolgym: user-given names are looked up with a ValueError on failure
+    for exc in (KeyError("x"), TypeError("x"), AttributeError("x"), IndexError("x"), RuntimeError("x"),
+                ZeroDivisionError()):
         assert not is_user_error(exc), exc
 
     import toolgym.cli.envs as envs_cmd

@@ -15,18 +15,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
+from toolgym.data.config_keys import UnknownConfigKeyError, check_known_keys
 from toolgym.data.readers import (MAX_CONFIG_REFERENCES, check_finite_fields, check_override_shapes, read_yaml_mapping,
                                   yaml_references)
-from toolgym.agents.model import MODEL_DTYPES, ModelConfig, check_device, model_source
-from toolgym.agents.policy import ENGINES, PRECISIONS, SamplingConfig
+from toolgym.agents.model import ModelConfig, check_device, model_source
+from toolgym.agents.policy import SamplingConfig
 
 T = TypeVar("T")
 
 __all__ = ["EnvConfig", "EvalConfig", "GRPOConfig", "ModelConfig", "RewardConfig", "SamplingConfig", "TrainConfig",
-           "TrainLoopConfig", "config_dict", "config_yaml", "load_config", "load_train_config", "strict_dataclass",
-           "validate"]
+           "TrainLoopConfig", "UnknownConfigKeyError", "check_lora_numbers", "check_reward_names", "config_dict",
+           "config_yaml", "load_config", "load_train_config", "require", "strict_dataclass", "validate"]
 
 
 @dataclass
@@ -54,6 +56,17 @@ class EnvConfig:
     eval_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "heldout"})
     reset_options: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The ``env`` section: a non-empty id and four mappings (whether the id is registered and
+        the env takes the keywords is checked by building one env, before the model loads)."""
+        require(isinstance(self.id, str) and bool(self.id.strip()), "env.id", self.id, "must be a non-empty env id")
+        for key in ("kwargs", "train_kwargs", "eval_kwargs", "reset_options"):
+            value = getattr(self, key)
+            require(_is_mapping(value), f"env.{key}", value, "must be a mapping")
+
 
 @dataclass
 class RewardConfig:
@@ -74,6 +87,19 @@ class RewardConfig:
     name: str = "grpo_f1"
     options: dict[str, Any] = field(default_factory=dict)
     modules: Optional[list[Any]] = None
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The ``reward`` section's shape: a non-empty name, a mapping of options, a list or null for
+        ``modules``. Whether the names are registered is :func:`check_reward_names` (at load), and
+        the modules' options are checked by building the reward, before the model loads."""
+        require(isinstance(self.name, str) and bool(self.name.strip()), "reward.name", self.name,
+              "must be a non-empty scheme or module name")
+        require(_is_mapping(self.options), "reward.options", self.options, "must be a mapping")
+        require(self.modules is None or (isinstance(self.modules, Sequence) and not isinstance(self.modules, str)),
+              "reward.modules", self.modules, "must be a list of {module, weight, ...} entries, or null")
 
 
 @dataclass
@@ -149,17 +175,17 @@ class GRPOConfig:
         (``lr=.inf`` trained to all-NaN weights with exit 0), the LoRA scale too. Run at
         construction and again by :func:`validate` (a field may be set after construction)."""
         check_finite_fields(self, "grpo")
-        _need(self.lr >= 0, "grpo.lr", self.lr, "must be >= 0")
-        _need(self.clip_eps > 0, "grpo.clip_eps", self.clip_eps, "must be > 0")
-        _need(self.kl_coef >= 0, "grpo.kl_coef", self.kl_coef, "must be >= 0")
-        _need(self.weight_decay >= 0, "grpo.weight_decay", self.weight_decay, "must be >= 0")
-        _need(self.max_grad_norm >= 0, "grpo.max_grad_norm", self.max_grad_norm, "must be >= 0 (0 = no clip)")
-        _need(self.micro_batch_size >= 1, "grpo.micro_batch_size", self.micro_batch_size, "must be >= 1")
-        _need(self.mini_batch_size is None or self.mini_batch_size >= 1, "grpo.mini_batch_size", self.mini_batch_size,
+        require(self.lr >= 0, "grpo.lr", self.lr, "must be >= 0")
+        require(self.clip_eps > 0, "grpo.clip_eps", self.clip_eps, "must be > 0")
+        require(self.kl_coef >= 0, "grpo.kl_coef", self.kl_coef, "must be >= 0")
+        require(self.weight_decay >= 0, "grpo.weight_decay", self.weight_decay, "must be >= 0")
+        require(self.max_grad_norm >= 0, "grpo.max_grad_norm", self.max_grad_norm, "must be >= 0 (0 = no clip)")
+        require(self.micro_batch_size >= 1, "grpo.micro_batch_size", self.micro_batch_size, "must be >= 1")
+        require(self.mini_batch_size is None or self.mini_batch_size >= 1, "grpo.mini_batch_size", self.mini_batch_size,
               "must be >= 1, or null for the whole batch")
-        _need(self.epochs >= 1, "grpo.epochs", self.epochs, "must be >= 1")
-        _need(self.logprob_chunk >= 1, "grpo.logprob_chunk", self.logprob_chunk, "must be >= 1")
-        _need(self.tis_cap is None or self.tis_cap >= 1, "grpo.tis_cap", self.tis_cap,
+        require(self.epochs >= 1, "grpo.epochs", self.epochs, "must be >= 1")
+        require(self.logprob_chunk >= 1, "grpo.logprob_chunk", self.logprob_chunk, "must be >= 1")
+        require(self.tis_cap is None or self.tis_cap >= 1, "grpo.tis_cap", self.tis_cap,
               "must be >= 1 (a cap on π_train/π_sample), or null")
         check_lora_numbers(self.lora, "grpo.lora")
 
@@ -216,20 +242,20 @@ class TrainLoopConfig:
     def check(self) -> None:
         """The ``train`` section's ranges (see :meth:`GRPOConfig.check`)."""
         check_finite_fields(self, "train")
-        _need(self.steps >= 1, "train.steps", self.steps, "must be >= 1")
-        _need(self.tasks_per_step >= 1, "train.tasks_per_step", self.tasks_per_step, "must be >= 1")
-        _need(self.group_size >= 1, "train.group_size", self.group_size, "must be >= 1")
-        _need(self.group_size <= MAX_GROUP_SIZE, "train.group_size", self.group_size, f"must be <= {MAX_GROUP_SIZE}")
-        _need(self.tasks_per_step <= MAX_TASKS_PER_STEP, "train.tasks_per_step", self.tasks_per_step,
+        require(self.steps >= 1, "train.steps", self.steps, "must be >= 1")
+        require(self.tasks_per_step >= 1, "train.tasks_per_step", self.tasks_per_step, "must be >= 1")
+        require(self.group_size >= 1, "train.group_size", self.group_size, "must be >= 1")
+        require(self.group_size <= MAX_GROUP_SIZE, "train.group_size", self.group_size, f"must be <= {MAX_GROUP_SIZE}")
+        require(self.tasks_per_step <= MAX_TASKS_PER_STEP, "train.tasks_per_step", self.tasks_per_step,
               f"must be <= {MAX_TASKS_PER_STEP}")
-        _need(self.group_size * self.tasks_per_step <= MAX_EPISODES_PER_STEP, "train.group_size", self.group_size,
+        require(self.group_size * self.tasks_per_step <= MAX_EPISODES_PER_STEP, "train.group_size", self.group_size,
               f"times train.tasks_per_step ({self.tasks_per_step}) must be <= {MAX_EPISODES_PER_STEP} episodes per "
               "step (each has its own env and rollout)")
-        _need(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, "must be >= 0 (0 = never)")
-        _need(self.keep_checkpoints >= 1, "train.keep_checkpoints", self.keep_checkpoints, "must be >= 1")
-        _need(self.max_tasks is None or self.max_tasks >= 1, "train.max_tasks", self.max_tasks,
+        require(self.checkpoint_every >= 0, "train.checkpoint_every", self.checkpoint_every, "must be >= 0 (0 = never)")
+        require(self.keep_checkpoints >= 1, "train.keep_checkpoints", self.keep_checkpoints, "must be >= 1")
+        require(self.max_tasks is None or self.max_tasks >= 1, "train.max_tasks", self.max_tasks,
               "must be >= 1, or null for all tasks")
-        _need(self.time_budget_s is None or self.time_budget_s > 0, "train.time_budget_s", self.time_budget_s,
+        require(self.time_budget_s is None or self.time_budget_s > 0, "train.time_budget_s", self.time_budget_s,
               "must be > 0, or null")
 
 
@@ -260,10 +286,10 @@ class EvalConfig:
     def check(self) -> None:
         """The ``eval`` section's ranges (see :meth:`GRPOConfig.check`)."""
         check_finite_fields(self, "eval")
-        _need(self.num_tasks is None or self.num_tasks >= 1, "eval.num_tasks", self.num_tasks,
+        require(self.num_tasks is None or self.num_tasks >= 1, "eval.num_tasks", self.num_tasks,
               "must be >= 1, or null for all tasks")
-        _need(self.batch_size >= 1, "eval.batch_size", self.batch_size, "must be >= 1")
-        _need(self.temperature >= 0, "eval.temperature", self.temperature, "must be >= 0 (0 = greedy)")
+        require(self.batch_size >= 1, "eval.batch_size", self.batch_size, "must be >= 1")
+        require(self.temperature >= 0, "eval.temperature", self.temperature, "must be >= 0 (0 = greedy)")
 
 
 @dataclass
@@ -297,11 +323,11 @@ class RolloutConfig:
     def check(self) -> None:
         """The ``rollout`` section's ranges (see :meth:`GRPOConfig.check`)."""
         check_finite_fields(self, "rollout")
-        _need(self.backend in ("local", "ray"), "rollout.backend", self.backend, "must be local or ray")
-        _need(self.num_workers >= 1, "rollout.num_workers", self.num_workers, "must be >= 1")
-        _need(self.threads_per_worker >= 1, "rollout.threads_per_worker", self.threads_per_worker, "must be >= 1")
-        _need(self.worker_cpus >= 0, "rollout.worker_cpus", self.worker_cpus, "must be >= 0")
-        _need(self.worker_gpus >= 0, "rollout.worker_gpus", self.worker_gpus, "must be >= 0")
+        require(self.backend in ("local", "ray"), "rollout.backend", self.backend, "must be local or ray")
+        require(self.num_workers >= 1, "rollout.num_workers", self.num_workers, "must be >= 1")
+        require(self.threads_per_worker >= 1, "rollout.threads_per_worker", self.threads_per_worker, "must be >= 1")
+        require(self.worker_cpus >= 0, "rollout.worker_cpus", self.worker_cpus, "must be >= 0")
+        require(self.worker_gpus >= 0, "rollout.worker_gpus", self.worker_gpus, "must be >= 0")
 
 
 @dataclass
@@ -330,7 +356,7 @@ class TrainConfig:
     def check(self) -> None:
         """The top-level settings: ``seed`` in ``[0, MAX_SEED]`` (``seed=1e23`` died in torch with
         "Overflow when unpacking long long", naming nothing; a negative one in numpy)."""
-        _need(isinstance(self.seed, int) and 0 <= self.seed <= MAX_SEED, "seed", self.seed,
+        require(isinstance(self.seed, int) and 0 <= self.seed <= MAX_SEED, "seed", self.seed,
               f"must be an integer in [0, {MAX_SEED}]")
 
 
@@ -339,15 +365,24 @@ def strict_dataclass(cls: type, d: dict[str, Any], what: str) -> Any:
     """``cls(**d)`` through omegaconf's structured mode: an unknown key or a value of the wrong type
     is a ``ValueError`` naming it (config typos fail loudly)."""
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-    unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
-    if unknown:
-        raise ValueError(f"unknown {what} settings: {sorted(unknown)}")
+    check_known_keys(d, [f.name for f in dataclasses.fields(cls)], f"{what} settings")
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), d))
+    except ConfigKeyError as exc:  # a nested section's unknown key
+        raise _unknown_key(exc, f"{what} settings: ") from None
     except OmegaConfBaseException as exc:
         raise ValueError(f"{what} settings: {_one_line(exc)}") from None
+
+
+def _unknown_key(exc: Exception, prefix: str = "") -> UnknownConfigKeyError:
+    """omegaconf's ``ConfigKeyError`` as :class:`UnknownConfigKeyError`, listing the valid keys of
+    the section the key was given in."""
+    key = str(getattr(exc, "full_key", None) or exc)
+    section = getattr(exc, "object_type", None)  # the dataclass the key is not a field of
+    valid = [f.name for f in dataclasses.fields(section)] if dataclasses.is_dataclass(section) else []
+    return UnknownConfigKeyError(f"{prefix}unknown key {key}: {str(exc).splitlines()[0]}", key, valid)
 
 
 def _one_line(exc: Exception) -> str:
@@ -398,7 +433,7 @@ def load_config(schema: type[T], path: str | Path | None, overrides: Sequence[st
         layers.append(OmegaConf.from_dotlist(list(overrides)))
         cfg = OmegaConf.to_object(OmegaConf.merge(*layers))
     except ConfigKeyError as exc:
-        raise ValueError(f"unknown key {exc.full_key or exc}: {str(exc).splitlines()[0]}") from None
+        raise _unknown_key(exc) from None
     except OmegaConfBaseException as exc:
         raise ValueError(f"bad config value {_one_line(exc)}") from None
     if check is not None:
@@ -426,9 +461,27 @@ def config_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
-def _need(ok: bool, key: str, value: Any, rule: str) -> None:
+def require(ok: bool, key: str, value: Any, rule: str) -> None:
+    """The one shape of a range check's error: ``ValueError("key=value: rule")`` unless ``ok``."""
     if not ok:
         raise ValueError(f"{key}={value!r}: {rule}")
+
+
+def _is_mapping(value: Any) -> bool:
+    return isinstance(value, Mapping)
+
+
+def check_reward_names(reward: Any) -> None:
+    """Every scheme or module name a ``reward`` section uses is registered: an unknown one is one
+    ``ValueError`` line at load (the reward registry's lookups raise ``KeyError``, which the command
+    line treats as a bug)."""
+    from toolgym.rewards import runtime_needs
+
+    try:
+        runtime_needs(reward)
+    except KeyError as exc:
+        message = exc.args[0] if exc.args and isinstance(exc.args[0], str) else repr(exc)
+        raise ValueError(f"reward: {message}") from None
 
 
 LORA_SCALES = ("alpha", "lora_alpha")
@@ -447,32 +500,25 @@ def check_lora_numbers(lora: Any, prefix: str) -> None:
             raise ValueError(f"{prefix}.{key}={value!r}: must be a finite number")
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if key in LORA_SCALES and number:
-            _need(value > 0, f"{prefix}.{key}", value, "must be > 0 (the adapter's scale is alpha / r)")
+            require(value > 0, f"{prefix}.{key}", value, "must be > 0 (the adapter's scale is alpha / r)")
         if key in LORA_DROPOUTS and number:
-            _need(0 <= value < 1, f"{prefix}.{key}", value, "must be in [0, 1)")
+            require(0 <= value < 1, f"{prefix}.{key}", value, "must be in [0, 1)")
 
 
 def validate(cfg: Any, check_machine: bool = True) -> None:
     """Range checks of every section (one ``ValueError`` line naming the key); with
     ``check_machine`` also that the model weights exist locally and the device exists."""
-    t, g, s, e = cfg.train, cfg.grpo, cfg.sampling, cfg.eval
-    for section in (cfg, t, g, e, cfg.rollout):  # each section's own checks (its __post_init__ runs them too)
+    t, g, s = cfg.train, cfg.grpo, cfg.sampling
+    # each section's own checks (its __post_init__ runs them too; a field may be set after construction)
+    for section in (cfg, cfg.model, cfg.env, s, t, g, cfg.eval, cfg.rollout):
         section.check()
-    check_finite_fields(s, "sampling")
-    _need(s.max_new_tokens >= 1, "sampling.max_new_tokens", s.max_new_tokens, "must be >= 1")
-    _need(s.temperature >= 0, "sampling.temperature", s.temperature, "must be >= 0 (0 = greedy)")
-    _need(0 < s.top_p <= 1, "sampling.top_p", s.top_p, "must be in (0, 1]")
-    _need(s.top_k >= 0, "sampling.top_k", s.top_k, "must be >= 0 (0 = off)")
-    _need(t.max_context_tokens > s.max_new_tokens, "train.max_context_tokens", t.max_context_tokens,
+    # what no one section can check alone
+    require(t.max_context_tokens > s.max_new_tokens, "train.max_context_tokens", t.max_context_tokens,
           f"must exceed sampling.max_new_tokens ({s.max_new_tokens}) plus the prompt")
-    _need(s.precision in PRECISIONS, "sampling.precision", s.precision, f"must be one of {', '.join(PRECISIONS)}")
-    _need(s.engine in ENGINES, "sampling.engine", s.engine, f"must be one of {', '.join(ENGINES)}")
-    dtype = cfg.model.dtype
-    _need(dtype is None or dtype in MODEL_DTYPES, "model.dtype", dtype, f"must be one of {', '.join(MODEL_DTYPES)} or null")
-    constrained = getattr(cfg.model, "constrained", None)
-    _need(constrained in (None, "toolsearch"), "model.constrained", constrained, "must be toolsearch or null")
+    check_reward_names(cfg.reward)
+    constrained = cfg.model.constrained
     if constrained:
-        _need(s.top_p == 1.0 and s.top_k == 0, "model.constrained", constrained,
+        require(s.top_p == 1.0 and s.top_k == 0, "model.constrained", constrained,
               "needs sampling.top_p=1.0 and sampling.top_k=0 (the trainer scores the full restricted distribution)")
     if g.lora:
         from toolgym.agents.hf_policy import lora_config

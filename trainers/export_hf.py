@@ -78,10 +78,9 @@ def make_env(env_id: str, split: str | None = None, env_kwargs: dict[str, Any] |
     """``gymnasium.make(env_id, split=split, **env_kwargs)`` and the keywords it was built with."""
     import gymnasium
 
-    import toolgym.envs  # noqa: F401  (registers the ids)
+    from toolgym.envs.registry import require_env_id  # (importing it registers the ids)
 
-    if env_id not in gymnasium.registry:
-        raise KeyError(f"unknown env id {env_id!r}; see `toolgym envs`")
+    require_env_id(env_id)
     kwargs = dict(env_kwargs or {})
     if split is not None:
         kwargs["split"] = split

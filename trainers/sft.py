@@ -23,7 +23,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from toolgym.trainers.config import ModelConfig, config_dict, load_config
+from toolgym.trainers.config import MAX_SEED, ModelConfig, check_lora_numbers, config_dict, load_config, require
 from toolgym.trainers.console import verbose
 from toolgym.data.atomic import write_text_atomic
 
@@ -50,6 +50,16 @@ class SFTDataConfig:
     max_tokens: int = 2048
     min_reward: Optional[float] = None
     stop_strings: list[str] = field(default_factory=lambda: ["</tool_call>"])
+
+    def __post_init__(self) -> None:
+        from toolgym.data.readers import check_finite_fields
+
+        check_finite_fields(self, "data")
+        require(self.max_episodes is None or self.max_episodes >= 1, "data.max_episodes", self.max_episodes,
+              "must be >= 1, or null for all")
+        require(self.max_tokens >= 1, "data.max_tokens", self.max_tokens, "must be >= 1")
+        require(all(isinstance(s, str) for s in self.stop_strings), "data.stop_strings", self.stop_strings,
+              "must be a list of strings")
 
 
 @dataclass
@@ -93,7 +103,20 @@ class SFTTrainConfig:
     def __post_init__(self) -> None:
         from toolgym.data.readers import check_finite_fields
 
-        check_finite_fields(self, "train")  # lr=.inf trained to NaN weights; range checks: _check_sft
+        check_finite_fields(self, "train")  # lr=.inf trained to NaN weights
+        require(self.epochs > 0, "train.epochs", self.epochs, "must be > 0")
+        require(self.max_steps == -1 or self.max_steps >= 1, "train.max_steps", self.max_steps,
+              "must be >= 1, or -1 to let train.epochs decide")
+        require(self.lr >= 0, "train.lr", self.lr, "must be >= 0")
+        require(self.batch_size >= 1, "train.batch_size", self.batch_size, "must be >= 1")
+        require(self.grad_accum >= 1, "train.grad_accum", self.grad_accum, "must be >= 1")
+        require(0 <= self.warmup_ratio <= 1, "train.warmup_ratio", self.warmup_ratio, "must be in [0, 1]")
+        require(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, "must be >= 0")
+        require(self.max_grad_norm >= 0, "train.max_grad_norm", self.max_grad_norm, "must be >= 0 (0 = no clip)")
+        require(self.save_steps >= 1, "train.save_steps", self.save_steps, "must be >= 1")
+        require(self.keep_checkpoints >= 1, "train.keep_checkpoints", self.keep_checkpoints, "must be >= 1")
+        require(self.time_budget_s is None or self.time_budget_s > 0, "train.time_budget_s", self.time_budget_s,
+              "must be > 0, or null")
 
 
 @dataclass
@@ -116,20 +139,16 @@ class SFTConfig:
     train: SFTTrainConfig = field(default_factory=SFTTrainConfig)
     lora: Optional[dict[str, Any]] = None
 
+    def __post_init__(self) -> None:
+        require(isinstance(self.seed, int) and 0 <= self.seed <= MAX_SEED, "seed", self.seed,
+              f"must be an integer in [0, {MAX_SEED}]")
+        check_lora_numbers(self.lora, "lora")
+
 
 def load_sft_config(path: str | Path | None, overrides: Sequence[str] = ()) -> SFTConfig:
-    """``SFTConfig`` defaults <- YAML file <- ``key=value`` overrides (:func:`~toolgym.trainers.config.load_config`)."""
-    return load_config(SFTConfig, path, overrides, check=_check_sft)
-
-
-def _check_sft(cfg: SFTConfig) -> None:
-    t = cfg.train
-    for key, value, ok in (("train.batch_size", t.batch_size, t.batch_size >= 1),
-                           ("train.grad_accum", t.grad_accum, t.grad_accum >= 1),
-                           ("train.lr", t.lr, t.lr >= 0), ("data.max_tokens", cfg.data.max_tokens, cfg.data.max_tokens >= 1),
-                           ("train.time_budget_s", t.time_budget_s, t.time_budget_s is None or t.time_budget_s > 0)):
-        if not ok:
-            raise ValueError(f"{key}={value!r}: out of range")
+    """``SFTConfig`` defaults <- YAML file <- ``key=value`` overrides (:func:`~toolgym.trainers.config.load_config`);
+    each section checks its own ranges when it is built."""
+    return load_config(SFTConfig, path, overrides)
 
 
 # -- one code path: text episode -> ids + loss mask --------------------------------------------

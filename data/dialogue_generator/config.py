@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
+from toolgym.data.config_keys import UnknownConfigKeyError
 from toolgym.data.dialogue_generator.states import COMPOSITION_MODES, INTENTS, NULL, P_INIT, P_TASK, P_TODO, SAMPLING_MODES, SPLITS, STATES, p_switch
 
 
@@ -32,19 +33,24 @@ class GeneratorConfig:
     p_task: dict[str, dict[str, float]] | None = None  # overrides rows of P_TASK
     id_prefix: str = "dlg"
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "GeneratorConfig":
+        """The config of a mapping of its fields (checked at construction); an unknown key is an
+        :class:`~toolgym.data.config_keys.UnknownConfigKeyError` listing the valid ones."""
         d = dict(d or {})
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
+        unknown = sorted(map(str, set(d) - known))
         if unknown:
-            raise ValueError(f"generate config: unknown key(s) {unknown}; known: {sorted(known)}")
-        config = cls(**d)
-        config.validate()
-        return config
+            raise UnknownConfigKeyError(f"generate config: unknown key(s) {unknown}", unknown[0], known)
+        return cls(**d)
 
     # -- validation: the first bad value raises one ValueError naming it -------------------
     def validate(self) -> None:
+        """Every value's type and range (run at construction, and again by ``DialogueGenerator``:
+        a field may be set after construction)."""
         def bad(key: str, value: Any, want: str) -> None:
             raise ValueError(f"generate config: {key} must be {want}, got {value!r}")
 

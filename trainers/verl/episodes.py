@@ -55,10 +55,9 @@ def _env_key(env_id: str, env_kwargs: dict[str, Any]) -> tuple:
 def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
     import gymnasium
 
-    import toolgym.envs  # noqa: F401  (registers the ids)
+    from toolgym.envs.registry import require_env_id  # (importing it registers the ids)
 
-    if env_id not in gymnasium.registry:
-        raise KeyError(f"unknown env id {env_id!r}; see `toolgym envs`")
+    require_env_id(env_id)
     with _LOCK:
         idle = _ENVS.get(_env_key(env_id, env_kwargs))
         if idle:
