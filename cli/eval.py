@@ -260,7 +260,7 @@ def print_table(title: str, result: dict[str, Any], keys: Sequence[str]) -> None
 
 
 def write_json_output(path: str, result: dict[str, Any]) -> None:
-    from toolgym.trainers.checkpoint import write_json
+    from toolgym.data.atomic import write_json
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_json(path, result)
@@ -346,7 +346,7 @@ def run_episodes(args: argparse.Namespace) -> int:
         who = f"agent={args.agent}"
     else:
         from toolgym.evaluation.evaluate import evaluate_policy
-        from toolgym.trainers.checkpoint import load_policy
+        from toolgym.trainers.policy_loading import load_policy
 
         env_kwargs = {"dataset": dataset} if dataset else None
         result = evaluate_policy(load_policy(args.policy), args.env, split=args.split, num_tasks=args.limit,

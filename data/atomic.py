@@ -5,11 +5,13 @@ it, and ``os.replace`` s it over the destination only when everything was writte
 write (a full disk, a kill, an exception) removes the temporary file and leaves the destination
 as it was; a full disk is one ``OSError`` line naming the file and saying "no space left".
 A destination that holds anything but a regular file (a device node, a FIFO, a symbolic link)
-is refused, never replaced, checked again right before the rename.
+is refused, never replaced, checked again right before the rename. JSON files go through
+:func:`write_json` and come back through :func:`read_json`, which names a damaged file.
 """
 from __future__ import annotations
 
 import errno
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -82,3 +84,22 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     with atomic_open(path, "wb") as f:
         f.write(data)
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON atomically (:func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file (a run's ``state.json``, ``eval.json``...); a damaged one is a ``ValueError``
+    naming the file and the position, and anything but a regular file is refused."""
+    path = Path(path)
+    refuse_non_regular(path, "file", follow_symlinks=True)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+                         "a run killed while writing it leaves it truncated: fix or delete it") from None
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({type(exc).__name__})") from None

@@ -265,7 +265,7 @@ def evaluate_policy(policy_or_model: Any, env_id: str = "toolgym/ToolSearch-v0",
     """:func:`evaluate` of a policy: one episode per task, greedy unless ``temperature`` > 0.
 
     ``policy_or_model``: a :class:`ChatPolicy` or a model name/folder (a ``toolgym train`` run or
-    checkpoint folder loads with :func:`toolgym.trainers.checkpoint.load_policy`). ``tasks``: ids or indices; else the first
+    checkpoint folder loads with :func:`toolgym.trainers.policy_loading.load_policy`). ``tasks``: ids or indices; else the first
     ``num_tasks`` (``None`` = all) of the env built with ``split``. Besides :func:`evaluate`'s keys
     the result has ``env_id``, ``split``, ``num_tasks`` and ``invalid_rate`` (a fraction; kept for
     older readers). ``constrained="toolsearch"`` decodes with
@@ -304,7 +304,7 @@ def as_policy(policy_or_model: Any, sampling: Any = None, device: str | None = N
     path = Path(policy_or_model)
     if path.is_dir() and not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path}: not a model folder (no config.json); a `toolgym train` run or checkpoint "
-                                "folder loads with toolgym.trainers.checkpoint.load_policy")
+                                "folder loads with toolgym.trainers.policy_loading.load_policy")
     return HFChatPolicy.from_pretrained(str(policy_or_model), sampling=sampling, device=pick_device(device))
 
 

@@ -75,7 +75,7 @@ def plot_fit_curves(metrics_path: str | Path, out_png: str | Path, keys: Sequenc
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from toolgym.trainers.checkpoint import read_metrics  # the one metrics reader (a half-written last line is fine)
+    from toolgym.trainers.metrics import read_metrics  # the one metrics reader (a half-written last line is fine)
     from toolgym.trainers.plotting import save_figure
 
     rows = read_metrics(metrics_path)

@@ -3,11 +3,14 @@ survive a kill at any moment, and a resume with a shape- or order-changing setti
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
 
 from toolgym.trainers import checkpoint as ckpt
+from toolgym.data import atomic
+from toolgym.trainers import metrics as run_metrics
 
 
 class WritesAFile:
@@ -85,12 +88,12 @@ def test_truncated_pt_file_names_the_file(tmp_path):
 # -- JSON files ---------------------------------------------------------------------------
 def test_write_json_keeps_the_old_file_when_writing_fails(tmp_path):
     path = tmp_path / "eval.json"
-    ckpt.write_json(path, {"before": {"reward": 0.5}})
+    atomic.write_json(path, {"before": {"reward": 0.5}})
     loop: dict = {}
     loop["self"] = loop  # json cannot encode a cycle: the write fails midway
     with pytest.raises(ValueError):
-        ckpt.write_json(path, loop)
-    assert ckpt.read_json(path) == {"before": {"reward": 0.5}}
+        atomic.write_json(path, loop)
+    assert atomic.read_json(path) == {"before": {"reward": 0.5}}
     assert [p.name for p in tmp_path.iterdir()] == ["eval.json"]  # no temp file left behind
 
 
@@ -98,7 +101,7 @@ def test_truncated_json_names_the_file_and_position(tmp_path):
     path = tmp_path / "eval.json"
     path.write_text('{"before": {"reward": 0.5')
     with pytest.raises(ValueError, match=r"eval\.json: not valid JSON .* line 1 column 26"):
-        ckpt.read_json(path)
+        atomic.read_json(path)
 
 
 def test_read_state_names_a_damaged_state_file(tmp_path):
@@ -111,26 +114,26 @@ def test_read_state_names_a_damaged_state_file(tmp_path):
 def test_read_metrics_drops_only_a_half_written_last_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     for step in range(3):
-        ckpt.append_metrics_line(path, {"step": step, "reward": step / 10})
+        run_metrics.append_metrics_line(path, {"step": step, "reward": step / 10})
     with open(path, "a") as f:
         f.write('{"step": 3, "rew')  # killed mid-write
-    assert [r["step"] for r in ckpt.read_metrics(path)] == [0, 1, 2]
+    assert [r["step"] for r in run_metrics.read_metrics(path)] == [0, 1, 2]
     # a complete last line without its newline is kept
     path.write_text('{"step": 0}\n{"step": 1}')
-    assert [r["step"] for r in ckpt.read_metrics(path)] == [0, 1]
+    assert [r["step"] for r in run_metrics.read_metrics(path)] == [0, 1]
 
 
 @pytest.mark.parametrize("body, line", [
     ('{"step": 0}\n{"step": 1, "re\n{"step": 2}\n', 2),  # damage in the middle is not a kill
     ('{"step": 0}\n[1, 2]\n', 2),  # not an object
     ('{"step": 0}\n' + "[" * 100_000 + "\n", 2),  # hostile nesting
-    ('{"step": 0, "x": "' + "a" * (ckpt.MAX_METRICS_LINE_CHARS + 1) + '"}\n', 1),  # huge
+    ('{"step": 0, "x": "' + "a" * (run_metrics.MAX_METRICS_LINE_CHARS + 1) + '"}\n', 1),  # huge
 ])
 def test_read_metrics_names_file_and_line_of_a_bad_line(tmp_path, body, line):
     path = tmp_path / "metrics.jsonl"
     path.write_text(body)
     with pytest.raises(ValueError, match=rf"metrics\.jsonl:{line}: not a metrics line"):
-        ckpt.read_metrics(path)
+        run_metrics.read_metrics(path)
 
 
 def test_keep_metrics_before_rewrites_atomically(tmp_path, monkeypatch):
@@ -144,13 +147,13 @@ def test_keep_metrics_before_rewrites_atomically(tmp_path, monkeypatch):
     def killed(*_args, **_kwargs):
         raise Killed  # a kill between writing the new file and putting it in place
 
-    monkeypatch.setattr(ckpt.os, "replace", killed)
+    monkeypatch.setattr(os, "replace", killed)
     with pytest.raises(Killed):
-        ckpt.keep_metrics_before(path, 3)
+        run_metrics.keep_metrics_before(path, 3)
     assert path.read_text() == original  # steps 0-4 all still there
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
     monkeypatch.undo()
-    kept = ckpt.keep_metrics_before(path, 3)
+    kept = run_metrics.keep_metrics_before(path, 3)
     assert [r["step"] for r in kept] == [0, 1, 2]
     assert path.read_text() == "".join(json.dumps({"step": s}) + "\n" for s in range(3))
 

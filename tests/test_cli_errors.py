@@ -11,6 +11,8 @@ import pytest
 from toolgym.data.records import Task, read_rollouts
 from toolgym.retrieval.corpus import Tool
 from toolgym.trainers import checkpoint as ckpt
+from toolgym.data import atomic
+from toolgym.trainers import metrics as run_metrics
 from toolgym.cli.main import is_user_error, main
 
 TOOLS = [
@@ -159,7 +161,7 @@ def _fake_checkpoint(run_dir: Path, config_path: str, step: int = 1) -> Path:
 
     folder = run_dir / "checkpoints" / f"step_{step:06d}"
     folder.mkdir(parents=True)
-    ckpt.write_json(folder / ckpt.STATE_FILE, {"config": config_dict(load_train_config(config_path)), "step": step})
+    atomic.write_json(folder / ckpt.STATE_FILE, {"config": config_dict(load_train_config(config_path)), "step": step})
     import torch
 
     torch.save({}, folder / ckpt.WEIGHTS_FILE)  # a complete checkpoint has its weights file
@@ -210,7 +212,7 @@ def test_resume_refuses_a_crafted_optimizer_and_survives_a_half_written_metrics_
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 1, "rew')  # a kill mid-write
     assert main(["train", config, "--resume", "train.steps=2", "--no-progress"]) == 0
-    assert [r["step"] for r in ckpt.read_metrics(run / "metrics.jsonl")] == [0, 1]
+    assert [r["step"] for r in run_metrics.read_metrics(run / "metrics.jsonl")] == [0, 1]
     assert (run / "metrics.jsonl").read_text().endswith("}\n")
 
 

@@ -275,7 +275,7 @@ def test_a_constrained_training_run_and_its_checkpoint_evaluation(tmp_path):
     update; the checkpoint evaluates constrained (its config says so)."""
     from toolgym.trainers.config import load_train_config
     from toolgym.evaluation.evaluate import evaluate_policy
-    from toolgym.trainers.checkpoint import load_policy
+    from toolgym.trainers.policy_loading import load_policy
     from toolgym.trainers.train import train
 
     overrides = ["model.name=tiny-llama", "model.constrained=toolsearch", f"run_dir={tmp_path / 'run'}",

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from toolgym.trainers import checkpoint as ckpt
+from toolgym.trainers import metrics as run_metrics
 from toolgym.cli.main import main
 from conftest import one_error_line
 
@@ -115,7 +116,7 @@ def test_plan_metrics_is_linear_and_says_what_it_found(tmp_path):
     path = tmp_path / "metrics.jsonl"
     rows = [{"step": 0}, {"step": "1"}, {"step": 0}, {"step": 3}, {"step": 7}, {}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    plan = ckpt.plan_metrics(path, 5)
+    plan = run_metrics.plan_metrics(path, 5)
     assert [r["step"] for r in plan.kept] == [0, 3]
     assert len(plan.notes) == 4 and path.read_text() == "".join(json.dumps(r) + "\n" for r in rows)  # untouched
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from toolgym.trainers import checkpoint as ckpt
+from toolgym.data import atomic
+from toolgym.trainers import metrics as run_metrics
 from toolgym.cli.main import check_output_file, main
 
 
@@ -54,7 +55,7 @@ def test_write_text_atomic_refuses_and_keeps_a_non_regular_target(specials, kind
         pytest.skip("no device nodes here")
     path, test = specials[kind]
     with pytest.raises(ValueError, match="not a regular file"):
-        ckpt.write_text_atomic(path, "{}\n")
+        atomic.write_text_atomic(path, "{}\n")
     assert _intact(path, test)
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]  # no temp file left
     if kind == "symlink":
@@ -87,7 +88,7 @@ def test_eval_json_onto_a_special_file_is_one_line_and_keeps_it(specials, kind, 
 def test_metrics_append_refuses_a_special_file(specials):
     path, test = specials["symlink"]
     with pytest.raises(ValueError, match="not a regular file"):
-        ckpt.append_metrics_line(path, {"step": 0})
+        run_metrics.append_metrics_line(path, {"step": 0})
     assert _intact(path, test) and path.resolve().read_text() == "keep me"
 
 
@@ -95,5 +96,5 @@ def test_regular_files_are_still_replaced_atomically(tmp_path):
     path = tmp_path / "m.json"
     path.write_text("old")
     check_output_file(path, "--json")
-    ckpt.write_text_atomic(path, "new")
+    atomic.write_text_atomic(path, "new")
     assert path.read_text() == "new"

@@ -28,6 +28,8 @@ import toolgym.envs  # noqa: F401  (registers the ids)
 from toolgym.cli.main import main
 from toolgym.data.records import Task, Trajectory, read_rollouts, write_rollouts
 from toolgym.trainers import checkpoint as ckpt
+from toolgym.data import atomic
+from toolgym.trainers import run_lock
 from conftest import one_error_line
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,7 +80,7 @@ def run(trained, tmp_path):
 # -- item 2: one process per run folder -------------------------------------------------------
 HOLDER = textwrap.dedent("""
     import sys, time
-    from toolgym.trainers.checkpoint import run_dir_lock
+    from toolgym.trainers.run_lock import run_dir_lock
     with run_dir_lock(sys.argv[1]):
         print("held", flush=True)
         time.sleep(600)
@@ -106,7 +108,7 @@ def test_a_held_run_dir_refuses_a_second_toolgym_train_and_a_killed_holder_leave
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    with ckpt.run_dir_lock(run_dir):  # the kernel dropped the killed holder's lock
+    with run_lock.run_dir_lock(run_dir):  # the kernel dropped the killed holder's lock
         pass
 
 
@@ -115,14 +117,14 @@ def test_run_dir_lock_in_process_refuses_and_cleans_up_a_folder_it_made(tmp_path
     holder = _hold(run_dir)
     try:
         with pytest.raises(ValueError, match="in use by another toolgym train"):
-            with ckpt.run_dir_lock(run_dir):
+            with run_lock.run_dir_lock(run_dir):
                 pass
     finally:
         holder.kill()
         holder.wait()
     other = tmp_path / "made_here"
     with pytest.raises(RuntimeError):
-        with ckpt.run_dir_lock(other):
+        with run_lock.run_dir_lock(other):
             raise RuntimeError("config error before anything was written")
     assert not other.exists()  # a failed start leaves no empty folder behind
 
@@ -260,7 +262,7 @@ def test_plots_and_json_outputs_go_through_a_temp_file(tmp_path, monkeypatch):
         plot_curves(metrics, tmp_path / "curves.png")
     assert png.read_bytes() == good
     with pytest.raises(OSError, match="no space left"):
-        ckpt.write_json(tmp_path / "eval.json", {"x": "y" * 100})
+        atomic.write_json(tmp_path / "eval.json", {"x": "y" * 100})
     assert not (tmp_path / "eval.json").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 

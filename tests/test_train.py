@@ -16,7 +16,7 @@ from toolgym.trainers import checkpoint as ckpt
 from toolgym.agents.model import model_source
 from toolgym.trainers.config import TrainLoopConfig, load_train_config
 from toolgym.evaluation.evaluate import evaluate_policy
-from toolgym.trainers.checkpoint import load_policy
+from toolgym.trainers.policy_loading import load_policy
 from toolgym.trainers.train import tasks_for_step, train
 
 TINY = {

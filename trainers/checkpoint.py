@@ -1,38 +1,34 @@
-"""The files of a local GRPO run, written so that a kill at any moment loses nothing.
+"""The tensor checkpoints of a local GRPO run and the planning of a resume.
 
 A checkpoint is written to a temporary folder and renamed into place, so a run killed while
 saving leaves the previous checkpoint intact. ``step`` in ``state.json`` is the number of
 completed steps: resuming runs step ``step`` next, so no step is lost or repeated.
 
 Resume safety lives here too: every ``.pt`` file loads with ``torch.load(weights_only=True)``
-(a crafted pickle cannot run code), JSON files are replaced atomically (:func:`write_json`),
-metric lines are appended one at a time and read back tolerating a half-written last line
-(:func:`append_metrics_line`, :func:`read_metrics`), and :func:`check_resume_config` says which
-settings of a resumed run differ from the checkpoint's where they must not.
+(a crafted pickle cannot run code), :func:`plan_resume` finds the newest intact checkpoint and
+what the resume does to the metrics, and :func:`check_resume_config` says which settings of a
+resumed run differ from the checkpoint's where they must not. The other files of a run have
+their own modules: atomic JSON in :mod:`toolgym.data.atomic`, ``metrics.jsonl`` in
+:mod:`toolgym.trainers.metrics`, the run-folder lock in :mod:`toolgym.trainers.run_lock`, and
+:func:`~toolgym.trainers.policy_loading.load_policy` in :mod:`toolgym.trainers.policy_loading`.
 """
 from __future__ import annotations
 
-import contextlib
-import itertools
 import json
 import os
 import pickle
 import re
 import shutil
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolgym.data.atomic import is_no_space, no_space_error
+from toolgym.data.atomic import is_no_space, no_space_error, read_json, refuse_non_regular
+from toolgym.trainers.metrics import MetricsPlan, plan_metrics
 
 STATE_FILE = "state.json"
 WEIGHTS_FILE = "trainable.pt"
 OPTIMIZER_FILE = "optimizer.pt"
-# A metrics line is one step's scalars and task ids (~1-10 kB); anything far larger is not ours.
-MAX_METRICS_LINE_CHARS = 1_000_000
 STEP_FOLDER = re.compile(r"step_(\d+)")
 
 
@@ -224,165 +220,6 @@ def load_optimizer(checkpoint: str | Path, optimizer: Any) -> None:
         raise ValueError(f"{path}: does not fit this run's optimiser ({exc})") from None
 
 
-# -- JSON files of a run --------------------------------------------------------------------
-def refuse_non_regular(path: str | Path, what: str = "output", *, follow_symlinks: bool = False) -> None:
-    """``ValueError`` when ``path`` exists and is not a regular file: a device node, a FIFO, a
-    socket, or a symbolic link (refused rather than replaced or followed: ``os.replace`` would
-    put a regular file where a device node was). Missing and regular paths pass. Readers pass
-    ``follow_symlinks=True`` (a link to a regular file reads fine; a FIFO would hang)."""
-    from toolgym.data.readers import non_regular_kind
-
-    kind = non_regular_kind(path, follow_symlinks=follow_symlinks)
-    if kind is not None:
-        raise ValueError(f"{what} {path}: is a {kind}, not a regular file; give a regular file path")
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` via a temporary file, fsync and ``os.replace``: readers (and a resumed run)
-    see the old file or the new one, never half of one. A path holding anything but a regular
-    file (a device node, a FIFO, a symlink) is refused, never replaced (:func:`refuse_non_regular`);
-    a full disk is one line saying "no space left" (:func:`toolgym.data.atomic.atomic_open`)."""
-    from toolgym.data.atomic import write_text_atomic as write
-
-    write(path, text)
-
-
-def write_json(path: str | Path, obj: Any) -> None:
-    """Write ``obj`` as JSON atomically (:func:`write_text_atomic`)."""
-    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
-
-
-def read_json(path: str | Path) -> Any:
-    """Parse a JSON file; a damaged one is a ``ValueError`` naming the file and the position."""
-    path = Path(path)
-    refuse_non_regular(path, "file", follow_symlinks=True)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
-                         "a run killed while writing it leaves it truncated: fix or delete it") from None
-    except (UnicodeDecodeError, RecursionError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({type(exc).__name__})") from None
-
-
-# -- metrics.jsonl --------------------------------------------------------------------------
-def append_metrics_line(path: str | Path, row: dict[str, Any]) -> None:
-    """Append one step's metrics as one JSON line, flushed to disk before the step is checkpointed."""
-    refuse_non_regular(path)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The metric rows of a ``metrics.jsonl``.
-
-    A last line cut short by a kill (no closing newline, not valid JSON) is dropped; any other
-    bad line is a ``ValueError`` naming ``file:line``.
-    """
-    return [row for _, row in read_metrics_numbered(path)]
-
-
-def read_metrics_numbered(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """:func:`read_metrics` with each row's line number."""
-    path = Path(path)
-    refuse_non_regular(path, "file", follow_symlinks=True)
-    text = path.read_text(encoding="utf-8", errors="replace")
-    lines = text.split("\n")
-    rows: list[tuple[int, dict[str, Any]]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        half_written_tail = number == len(lines) and not text.endswith("\n")
-        try:
-            if len(line) > MAX_METRICS_LINE_CHARS:
-                raise ValueError(f"line longer than {MAX_METRICS_LINE_CHARS} characters")
-            row = json.loads(line)
-            if not isinstance(row, dict):
-                raise ValueError(f"expected a JSON object, got {type(row).__name__}")
-        except (ValueError, RecursionError) as exc:
-            if half_written_tail:
-                break
-            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or type(exc).__name__
-            raise ValueError(f"{path}:{number}: not a metrics line ({msg})") from None
-        rows.append((number, row))
-    return rows
-
-
-@dataclass
-class MetricsPlan:
-    """What resuming at ``step`` does to ``metrics.jsonl``: the rows it keeps, and what it found."""
-
-    kept: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # one line each: bad steps, duplicates, gaps, redone steps
-
-
-def _lines(numbers: list[int]) -> str:
-    shown = ", ".join(map(str, numbers[:5]))
-    return f"line {shown}" if len(numbers) == 1 else f"lines {shown}" + (f" (+{len(numbers) - 5} more)" if len(numbers) > 5 else "")
-
-
-def plan_metrics(path: str | Path, step: int) -> MetricsPlan:
-    """Read ``metrics.jsonl`` for a resume at ``step`` without touching it.
-
-    Kept: the first line of each step ``0 <= s < step``. Dropped and said: lines whose ``step``
-    is missing or not an integer, repeats of a step, and steps ``>= step`` (logged after the
-    checkpoint, so they are redone). Said: steps before ``step`` with no line (they cannot be
-    recovered; the plot has a hole there).
-    """
-    path = Path(path)
-    plan = MetricsPlan()
-    if not path.exists():
-        return plan
-    bad: list[int] = []
-    repeated: list[int] = []
-    later: list[int] = []
-    seen: set[int] = set()
-    for number, row in read_metrics_numbered(path):
-        s = row.get("step")
-        if not isinstance(s, int) or isinstance(s, bool) or s < 0:
-            bad.append(number)
-        elif s >= step:
-            later.append(number)
-        elif s in seen:
-            repeated.append(number)
-        else:
-            seen.add(s)
-            plan.kept.append(row)
-    plan.kept.sort(key=lambda r: r["step"])
-    if bad:
-        plan.notes.append(f"{path}: dropped {len(bad)} line(s) without a non-negative integer 'step' ({_lines(bad)})")
-    if repeated:
-        plan.notes.append(f"{path}: dropped {len(repeated)} repeated step line(s), the first of each kept ({_lines(repeated)})")
-    if later:
-        plan.notes.append(f"{path}: dropped {len(later)} line(s) of steps >= {step}, logged after the checkpoint; "
-                          "they are redone")
-    if len(seen) < step:  # a gap (the first few named; the scan stops there, so it stays bounded)
-        examples = list(itertools.islice((s for s in range(step) if s not in seen), 5))
-        plan.notes.append(f"{path}: no line for {step - len(seen)} step(s) before {step} (e.g. step "
-                          f"{', '.join(map(str, examples))}); those steps are not logged")
-    return plan
-
-
-def keep_metrics_before(path: str | Path, step: int, plan: MetricsPlan | None = None) -> list[dict[str, Any]]:
-    """Rewrite ``metrics.jsonl`` with only the rows of steps before ``step`` (the resume point).
-
-    Steps logged after the newest checkpoint (a kill between logging and saving) are redone, so
-    their lines go; so do lines without an integer step and repeated steps (:func:`plan_metrics`,
-    whose notes are printed on stderr). The file is replaced atomically: a kill here keeps the
-    old file whole.
-    """
-    path = Path(path)
-    if not path.exists():
-        return []
-    plan = plan if plan is not None else plan_metrics(path, step)
-    for note in plan.notes:
-        print(f"warning: {note}", file=sys.stderr)
-    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in plan.kept))
-    return plan.kept
-
-
 @dataclass
 class ResumePlan:
     """Where a resume starts (``checkpoint`` None: step 0) and what it does to the metrics."""
@@ -421,49 +258,6 @@ def plan_resume(run_dir: str | Path, steps: int | None = None) -> ResumePlan:
                          "raise train.steps to train on, or choose another run_dir")
     return ResumePlan(latest, step, plan_metrics(run_dir / "metrics.jsonl", step), skipped,
                       {p: reasons[p] for p in skipped})
-
-
-# -- one process per run folder -------------------------------------------------------------
-LOCK_FILE = ".toolgym.lock"
-
-
-@contextmanager
-def run_dir_lock(run_dir: str | Path, command: str = "toolgym train") -> Iterator[Path]:
-    """Hold ``run_dir`` for this process: a second ``toolgym train`` (or a ``--resume`` while the
-    first still trains) is a ``ValueError`` naming the holder's pid, instead of both writing one
-    ``metrics.jsonl`` and one set of checkpoints.
-
-    ``fcntl.flock`` on ``run_dir/.toolgym.lock``: the kernel drops the lock when its holder exits,
-    however it ends (SIGKILL included), so a killed run never leaves the folder stuck. A folder this
-    call created is removed again if the block fails before writing anything else into it."""
-    import fcntl
-
-    run_dir = Path(run_dir)
-    created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / LOCK_FILE
-    refuse_non_regular(path, "lock file")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            raise ValueError(f"{run_dir} is in use by another {command} (pid {holder}, holding {path}): wait for it "
-                             "to finish or stop it, or choose another run_dir") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-        done = False
-        try:
-            yield path
-            done = True
-        finally:
-            if created and not done and {p.name for p in run_dir.iterdir()} == {LOCK_FILE}:
-                path.unlink(missing_ok=True)
-                with contextlib.suppress(OSError):
-                    run_dir.rmdir()
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def apply_optimizer_settings(optimizer: Any, settings: dict[str, float]) -> dict[str, tuple[float, float]]:
@@ -540,54 +334,11 @@ def check_resume(checkpoint: str | Path, config: dict[str, Any]) -> dict[str, An
     return state
 
 
-def state_config(checkpoint: str | Path) -> dict[str, Any]:
-    """The run config saved in a checkpoint's ``state.json``, checked for the parts a policy is
-    rebuilt from (``model``, ``sampling``, ``grpo``): a damaged file is a ``ValueError`` naming it
-    and the part, not ``KeyError: 'config'`` or "dictionary update sequence element #0"."""
-    path = Path(checkpoint) / STATE_FILE
-    cfg = read_state(checkpoint).get("config")
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{path}: has no 'config' object (got {type(cfg).__name__}); the checkpoint is damaged")
-    out = dict(cfg)
-    for key, required in (("model", True), ("sampling", False), ("grpo", False)):
-        value = cfg.get(key)
-        if value is None and not required:
-            out[key] = {}
-            continue
-        if not isinstance(value, dict):
-            raise ValueError(f"{path}: config.{key} must be an object, got {type(value).__name__}; the checkpoint "
-                             "is damaged")
-        out[key] = dict(value)
-    lora = out["grpo"].get("lora")
-    if lora is not None and not isinstance(lora, dict):
-        raise ValueError(f"{path}: config.grpo.lora must be an object or null, got {type(lora).__name__}")
-    return out
+def __getattr__(name: str) -> Any:
+    """``load_policy`` moved to :mod:`toolgym.trainers.policy_loading`; the benchmark scripts still
+    import it from here (imported lazily: that module imports this one)."""
+    if name == "load_policy":
+        from toolgym.trainers.policy_loading import load_policy
 
-
-def load_policy(policy_or_checkpoint: Any, sampling: Any = None, device: str | None = None) -> Any:
-    """An :class:`HFChatPolicy` from a policy object, a model name/path, or a ``toolgym train`` checkpoint/run folder."""
-    import dataclasses
-
-    from toolgym.agents.hf_policy import apply_lora
-    from toolgym.agents.model import ModelConfig, build_policy
-    from toolgym.evaluation.evaluate import as_policy
-    from toolgym.trainers.config import strict_dataclass
-
-    if not isinstance(policy_or_checkpoint, (str, Path)):
-        return policy_or_checkpoint
-    path = Path(policy_or_checkpoint)
-    if (path / "checkpoints").is_dir() and not (path / STATE_FILE).exists():
-        latest = latest_checkpoint(path)
-        if latest is None:
-            raise FileNotFoundError(f"{path} has no complete checkpoint")
-        path = latest
-    if (path / STATE_FILE).exists():
-        cfg = state_config(path)
-        model = strict_dataclass(ModelConfig, cfg["model"], f"{path / STATE_FILE}: config.model")
-        policy = build_policy(dataclasses.replace(model, device=device or model.device), sampling or cfg["sampling"])
-        policy.model = apply_lora(policy.model, cfg["grpo"].get("lora"))  # the wrapping training used
-        load_weights(path, policy.model)
-        policy.model.eval()
-        return policy
-    return as_policy(policy_or_checkpoint, sampling, device)  # a model name or folder
-
+        return load_policy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from toolgym.trainers.checkpoint import read_metrics  # tolerates a half-written last line
+from toolgym.trainers.metrics import read_metrics  # tolerates a half-written last line
 
 PANELS = [
     ("reward", "reward (mean over rollouts)"),

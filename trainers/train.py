@@ -27,12 +27,12 @@ def train(cfg: Any, resume: bool = False, progress: bool = True) -> dict[str, An
     """Run (or resume) the GRPO loop described by ``cfg`` (a :class:`TrainConfig`, a YAML path or a
     nested dict, see :func:`load_train_config`); returns a summary dict.
 
-    ``run_dir`` is held by this process for the whole run (:func:`~toolgym.trainers.checkpoint.run_dir_lock`):
+    ``run_dir`` is held by this process for the whole run (:func:`~toolgym.trainers.run_lock.run_dir_lock`):
     a second run on it is refused, and a killed run leaves no stale lock."""
-    from toolgym.trainers import checkpoint as ckpt
+    from toolgym.trainers.run_lock import run_dir_lock
 
     cfg = as_config(cfg)
-    with ckpt.run_dir_lock(cfg.run_dir):
+    with run_dir_lock(cfg.run_dir):
         return _train(cfg, resume, progress)
 
 
@@ -185,10 +185,10 @@ def make_evaluation(cfg: Any, progress: bool) -> Any:
     tasks = choose_tasks(envs[0], None, e.num_tasks) if envs else []
 
     def run(phase: str, policy: Any, run_dir: Path, reuse: bool) -> dict[str, Any]:
-        from toolgym.trainers import checkpoint as ckpt
+        from toolgym.data.atomic import read_json, write_json
 
         path = run_dir / "eval.json"
-        evals = ckpt.read_json(path) if reuse and path.exists() else {}
+        evals = read_json(path) if reuse and path.exists() else {}
         if not getattr(e, phase) or phase in evals:
             return evals
         from dataclasses import replace
@@ -203,7 +203,7 @@ def make_evaluation(cfg: Any, progress: bool) -> Any:
         finally:
             policy.sampling = saved
         evals[phase].update(env_id=cfg.env.id, num_tasks=evals[phase]["tasks"])
-        ckpt.write_json(path, evals)  # atomic: a kill never leaves a truncated eval.json
+        write_json(path, evals)  # atomic: a kill never leaves a truncated eval.json
         return evals
 
     return run
@@ -228,6 +228,7 @@ def resume_from_checkpoint(run_dir: Path, trainer: Any, plan: Any = None) -> int
     that cannot be placed, saying so. ``plan``: :func:`~toolgym.trainers.checkpoint.plan_resume`'s,
     made before anything was touched. Returns the next step."""
     from toolgym.trainers import checkpoint as ckpt
+    from toolgym.trainers.metrics import keep_metrics_before
 
     plan = plan if plan is not None else ckpt.plan_resume(run_dir)
     for folder in plan.skipped:
@@ -239,7 +240,7 @@ def resume_from_checkpoint(run_dir: Path, trainer: Any, plan: Any = None) -> int
         ckpt.load_weights(plan.checkpoint, trainer.model)
         ckpt.load_optimizer(plan.checkpoint, trainer.optimizer)
         print(f"resuming from {plan.checkpoint} at step {plan.step}")
-    ckpt.keep_metrics_before(run_dir / "metrics.jsonl", plan.step, plan.metrics)  # atomic rewrite
+    keep_metrics_before(run_dir / "metrics.jsonl", plan.step, plan.metrics)  # atomic rewrite
     return plan.step
 
 
@@ -345,6 +346,6 @@ def log_step(run_dir: Path, row: dict[str, Any], tasks: Sequence[Any], groups: S
         (run_dir / "rollouts").mkdir(exist_ok=True)
         write_rollouts(run_dir / "rollouts" / f"step_{row['step']:06d}.jsonl",
                        [(task, [r.trajectory for r in g]) for task, g in zip(tasks, groups)])
-    from toolgym.trainers.checkpoint import append_metrics_line
+    from toolgym.trainers.metrics import append_metrics_line
 
     append_metrics_line(run_dir / "metrics.jsonl", row)

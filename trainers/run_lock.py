@@ -1,0 +1,55 @@
+"""One process per run folder: :func:`run_dir_lock`, the ``flock`` a ``toolgym train`` holds on
+its ``run_dir`` for the whole run (a second run or a ``--resume`` while it trains is refused,
+naming the holder's pid; the kernel drops the lock however the holder ends)."""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from toolgym.data.atomic import refuse_non_regular
+
+__all__ = ["LOCK_FILE", "run_dir_lock"]
+
+LOCK_FILE = ".toolgym.lock"
+
+
+@contextmanager
+def run_dir_lock(run_dir: str | Path, command: str = "toolgym train") -> Iterator[Path]:
+    """Hold ``run_dir`` for this process: a second ``toolgym train`` (or a ``--resume`` while the
+    first still trains) is a ``ValueError`` naming the holder's pid, instead of both writing one
+    ``metrics.jsonl`` and one set of checkpoints.
+
+    ``fcntl.flock`` on ``run_dir/.toolgym.lock``: the kernel drops the lock when its holder exits,
+    however it ends (SIGKILL included), so a killed run never leaves the folder stuck. A folder this
+    call created is removed again if the block fails before writing anything else into it."""
+    import fcntl
+
+    run_dir = Path(run_dir)
+    created = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK_FILE
+    refuse_non_regular(path, "lock file")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise ValueError(f"{run_dir} is in use by another {command} (pid {holder}, holding {path}): wait for it "
+                             "to finish or stop it, or choose another run_dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        done = False
+        try:
+            yield path
+            done = True
+        finally:
+            if created and not done and {p.name for p in run_dir.iterdir()} == {LOCK_FILE}:
+                path.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    run_dir.rmdir()
+    finally:
+        os.close(fd)  # releases the lock
