@@ -42,13 +42,13 @@ def shared_index(corpus: ToolCorpus, method: str = "bm25", **options: Any) -> An
 
 
 def index_option_names() -> list[str]:
-    """The keyword options of :func:`~toolgym.retrieval.index.build_index` (an env's ``retriever_options``)."""
-    import inspect
+    """The keyword options of :func:`~toolgym.retrieval.index.build_index` (an env's ``retriever_options``):
+    the fields of :class:`~toolgym.retrieval.index.IndexConfig` but ``method``, which the env sets."""
+    import dataclasses
 
-    from toolgym.retrieval.index import build_index
+    from toolgym.retrieval.index import IndexConfig
 
-    params = inspect.signature(build_index).parameters.values()
-    return sorted(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    return sorted(f.name for f in dataclasses.fields(IndexConfig) if f.name != "method")
 
 
 def check_index_options(options: Any) -> None:

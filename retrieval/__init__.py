@@ -12,6 +12,7 @@ from toolgym.retrieval.corpus import Tool, ToolCorpus
 from toolgym.retrieval.fusion import FUSION_METHODS, fuse, fuse_max_score, fuse_round_robin, fuse_rrf
 from toolgym.retrieval.index import (
     METHODS,
+    IndexConfig,
     SearchResult,
     ToolIndex,
     build_index,
@@ -33,6 +34,7 @@ from toolgym.retrieval.topk import dual_boundary_dynamic_top_k
 __all__ = [
     "FUSION_METHODS",
     "METHODS",
+    "IndexConfig",
     "SearchResult",
     "Tool",
     "ToolCorpus",

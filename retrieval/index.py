@@ -24,6 +24,7 @@ it (corpus hash, model, shape, SHA-256 of the matrix); a file that fails the che
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -137,6 +138,98 @@ def _check_positive(name: str, value: int | None) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
         raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
     return int(value)
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """How a :class:`ToolIndex` is built, everything but the corpus; :func:`build_index` and
+    ``ToolIndex(...)`` take these fields as keyword arguments (or one ``config=IndexConfig(...)``)
+    and check them here, in one place.
+
+    Parameters:
+        method (`str`, defaults to `"bm25"`):
+            ``"bm25"``, ``"dense"`` or ``"hybrid"`` (the two fused as ``hybrid_fusion`` says).
+        model (`str` or `None`, defaults to `None`):
+            The sentence-transformers encoder of dense search (``None`` = the packaged
+            all-MiniLM-L6-v2; any local path or cached HF id works).
+        cache_dir (`str`, `Path` or `None`, defaults to `None`):
+            Where corpus embeddings are cached (``None``: ``$TOOLGYM_CACHE`` or ``~/.cache/toolgym``).
+        cache_size (`int`, defaults to `4096`):
+            Query-cache LRU entries; ``0`` disables the cache.
+        show_progress (`bool`, defaults to `False`):
+            Progress bars while indexing and encoding.
+        encode_batch_size (`int` or `None`), encode_threads (`int` or `None`), both defaulting to `None`:
+            Texts per encoder call and torch intra-op threads while encoding (``None``:
+            :func:`default_encode_batch_size` / :func:`default_encode_threads` for the encoder's
+            device - one thread on a <= 2-core CPU).
+        identifiers (`str`, defaults to `"split"`):
+            How BM25 tokenises compound words such as ``getWeatherForecast``: ``"whole"`` (one
+            token, the old behaviour), ``"split"`` (its parts) or ``"both"`` (``toolgym.retrieval.text``).
+        parameters (`bool`, defaults to `True`):
+            BM25 also indexes each tool's parameter names and descriptions. ``identifiers`` and
+            ``parameters`` concern BM25 (and hybrid's BM25 half) only; dense search embeds
+            ``corpus.text``. ``identifiers="whole", parameters=False`` is the old BM25.
+        hybrid_fusion (`str`, defaults to `"zscore"`):
+            ``"zscore"`` = ``bm25_weight`` · z(BM25) + (1 − ``bm25_weight``) · z(cosine), each score
+            standardised over the candidate tools (:func:`toolgym.retrieval.fusion.fuse_standardised`);
+            ``"rrf"`` = the old equal-weight reciprocal-rank fusion, c = 60, each list
+            ``max(k, 100)`` deep.
+        bm25_weight (`float` or `None`, defaults to `None`):
+            In [0, 1]. ``None``: the weight ``toolgym fit-retriever`` saved beside a fine-tuned
+            ``model`` folder for this corpus (``toolgym_hybrid.json``: one tuned for the libraries it
+            trained on, one for any other, :func:`~toolgym.retrieval.models.hybrid_weight_for`), else
+            ``HYBRID_BM25_WEIGHT`` (0.44, tuned for the packaged MiniLM); ``index.bm25_weight_source``
+            says which applies.
+
+    Defaults chosen by measurement, see docs/retrieval.md.
+    """
+
+    method: str = "bm25"
+    model: str | None = None
+    cache_dir: str | Path | None = None
+    cache_size: int = 4096
+    show_progress: bool = False
+    encode_batch_size: int | None = None
+    encode_threads: int | None = None
+    identifiers: str = DEFAULT_IDENTIFIERS
+    parameters: bool = DEFAULT_BM25_PARAMETERS
+    hybrid_fusion: str = DEFAULT_HYBRID_FUSION
+    bm25_weight: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown retrieval method {self.method!r}; choose one of {METHODS}")
+        if isinstance(self.cache_size, bool) or not isinstance(self.cache_size, (int, np.integer)) or self.cache_size < 0:
+            raise ValueError(f"cache_size must be >= 0 (0 disables the cache), got {self.cache_size}")
+        # None: chosen per device on first use (default_encode_batch_size / default_encode_threads).
+        encode_batch_size = _check_positive("encode_batch_size", self.encode_batch_size)
+        encode_threads = _check_positive("encode_threads", self.encode_threads)
+        if self.identifiers not in IDENTIFIER_MODES:
+            raise ValueError(f"identifiers must be one of {IDENTIFIER_MODES}, got {self.identifiers!r}")
+        if self.hybrid_fusion not in HYBRID_FUSIONS:
+            raise ValueError(f"hybrid_fusion must be one of {HYBRID_FUSIONS}, got {self.hybrid_fusion!r}")
+        bm25_weight = None if self.bm25_weight is None else check_unit_weight("bm25_weight", self.bm25_weight)
+        for name, value in (("cache_size", int(self.cache_size)), ("encode_batch_size", encode_batch_size),
+                            ("encode_threads", encode_threads), ("parameters", bool(self.parameters)),
+                            ("bm25_weight", bm25_weight)):
+            object.__setattr__(self, name, value)  # the checked values, normalised (frozen)
+
+
+def index_config(method: str | None = None, config: IndexConfig | None = None, **options: Any) -> IndexConfig:
+    """``config`` (default ``IndexConfig()``) with ``method`` and the keyword ``options`` (its field
+    names) replacing its fields: the one way :func:`build_index` and :class:`ToolIndex` read their
+    arguments. An unknown option is a ``TypeError``, as for any keyword a function does not take."""
+    if config is None:
+        config = IndexConfig()
+    elif not isinstance(config, IndexConfig):
+        raise TypeError(f"config must be an IndexConfig, got {type(config).__name__}")
+    if method is not None:
+        options["method"] = method
+    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(IndexConfig)})
+    if unknown:
+        raise TypeError(f"unexpected index option(s) {unknown}; IndexConfig has "
+                        f"{[f.name for f in dataclasses.fields(IndexConfig)]}")
+    return dataclasses.replace(config, **options) if options else config
 
 
 def _check_k(k: int) -> int:
@@ -310,38 +403,22 @@ class ToolIndex:
     key: :meth:`invalidate` bumps it (after swapping the encoder, say) and clears the cache.
     """
 
-    def __init__(
-        self,
-        corpus: ToolCorpus,
-        method: str = "bm25",
-        *,
-        model: str | None = None,
-        cache_dir: str | Path | None = None,
-        cache_size: int = 4096,
-        show_progress: bool = False,
-        encode_batch_size: int | None = None,
-        encode_threads: int | None = None,
-        identifiers: str = DEFAULT_IDENTIFIERS,
-        parameters: bool = DEFAULT_BM25_PARAMETERS,
-        hybrid_fusion: str = DEFAULT_HYBRID_FUSION,
-        bm25_weight: float | None = None,
-    ):
-        if method not in METHODS:
-            raise ValueError(f"unknown retrieval method {method!r}; choose one of {METHODS}")
+    def __init__(self, corpus: ToolCorpus, method: str | None = None, *, config: IndexConfig | None = None,
+                 **options: Any):
+        config = index_config(method, config, **options)  # the fields of IndexConfig, checked there
         if corpus is None or len(corpus) == 0:
             raise ValueError("cannot build an index over an empty corpus")
-        if cache_size < 0:
-            raise ValueError(f"cache_size must be >= 0 (0 disables the cache), got {cache_size}")
+        self.config = config
         self.corpus = corpus
-        self.method = method
+        self.method = method = config.method
         self.version = 0
-        self._model = model
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.cache_size = int(cache_size)
-        self.show_progress = show_progress
+        self._model = model = config.model
+        self.cache_dir = Path(config.cache_dir) if config.cache_dir is not None else default_cache_dir()
+        self.cache_size = config.cache_size
+        self.show_progress = show_progress = config.show_progress
         # None: chosen per device on first use (default_encode_batch_size / default_encode_threads).
-        self.encode_batch_size = _check_positive("encode_batch_size", encode_batch_size)
-        self.encode_threads = _check_positive("encode_threads", encode_threads)
+        self.encode_batch_size = config.encode_batch_size
+        self.encode_threads = config.encode_threads
         self._ids: tuple[str, ...] = tuple(corpus.ids)
         self._cache: OrderedDict[tuple, SearchResult] = OrderedDict()
         self._lock = threading.RLock()
@@ -355,17 +432,15 @@ class ToolIndex:
             if tool.category:
                 by_cat.setdefault(tool.category, []).append(i)
         self._category_rows = {c: np.asarray(rows, dtype=np.int64) for c, rows in by_cat.items()}
-        if identifiers not in IDENTIFIER_MODES:
-            raise ValueError(f"identifiers must be one of {IDENTIFIER_MODES}, got {identifiers!r}")
-        self.identifiers, self.parameters = identifiers, bool(parameters)
-        if hybrid_fusion not in HYBRID_FUSIONS:
-            raise ValueError(f"hybrid_fusion must be one of {HYBRID_FUSIONS}, got {hybrid_fusion!r}")
+        identifiers = config.identifiers
+        self.identifiers, self.parameters = identifiers, config.parameters
+        bm25_weight = config.bm25_weight
         if method == "hybrid":
             bm25_weight, self.bm25_weight_source = hybrid_bm25_weight(corpus, model, bm25_weight)
         else:
             self.bm25_weight_source = "given" if bm25_weight is not None else "default"
             bm25_weight = HYBRID_BM25_WEIGHT if bm25_weight is None else bm25_weight
-        self.hybrid_fusion, self.bm25_weight = hybrid_fusion, check_unit_weight("bm25_weight", bm25_weight)
+        self.hybrid_fusion, self.bm25_weight = config.hybrid_fusion, check_unit_weight("bm25_weight", bm25_weight)
         self._bm25 = _BM25(self.bm25_texts(), show_progress, identifiers) if method in ("bm25", "hybrid") else None
         if method in ("dense", "hybrid"):
             self._build_faiss()
@@ -762,46 +837,14 @@ def hybrid_bm25_weight(corpus: ToolCorpus, model: str | None, bm25_weight: float
     return (HYBRID_BM25_WEIGHT, "default") if saved is None else saved
 
 
-def build_index(
-    corpus: ToolCorpus,
-    method: str = "bm25",
-    *,
-    model: str | None = None,
-    cache_dir: str | Path | None = None,
-    cache_size: int = 4096,
-    show_progress: bool = False,
-    encode_batch_size: int | None = None,
-    encode_threads: int | None = None,
-    identifiers: str = DEFAULT_IDENTIFIERS,
-    parameters: bool = DEFAULT_BM25_PARAMETERS,
-    hybrid_fusion: str = DEFAULT_HYBRID_FUSION,
-    bm25_weight: float | None = None,
-) -> ToolIndex:
-    """Build a :class:`ToolIndex` over ``corpus``.
+def build_index(corpus: ToolCorpus, method: str | None = None, *, config: IndexConfig | None = None,
+                **options: Any) -> ToolIndex:
+    """Build a :class:`ToolIndex` over ``corpus``: ``build_index(corpus, "hybrid", model=...)``.
 
-    ``method``: ``"bm25"``, ``"dense"`` or ``"hybrid"`` (the two fused as ``hybrid_fusion``
-    says: ``"zscore"``, the default, = ``bm25_weight`` · z(BM25) + (1 − ``bm25_weight``) · z(cosine),
-    each score standardised over the candidate tools, see :func:`toolgym.retrieval.fusion.fuse_standardised`;
-    ``bm25_weight=None``: the weight ``toolgym fit-retriever`` saved beside a fine-tuned ``model``
-    folder for this corpus (``toolgym_hybrid.json``: one tuned for the libraries it trained on, one
-    for any other, :func:`~toolgym.retrieval.models.hybrid_weight_for`), else ``HYBRID_BM25_WEIGHT``
-    (0.44, tuned for the packaged MiniLM); ``index.bm25_weight_source`` says which applies;
-    ``"rrf"`` = the old equal-weight reciprocal-rank fusion, c = 60, each list ``max(k, 100)`` deep). ``model``: the sentence-transformers encoder
-    (``None`` = the packaged all-MiniLM-L6-v2; any local path or cached HF id works).
-    ``cache_dir``: where corpus embeddings are cached (default ``$TOOLGYM_CACHE`` or
-    ``~/.cache/toolgym``). ``cache_size``: LRU entries, 0 disables the query cache.
-    ``encode_batch_size`` / ``encode_threads``: texts per encoder call and torch intra-op
-    threads while encoding (``None``: :func:`default_encode_batch_size` /
-    :func:`default_encode_threads` for the encoder's device - one thread on a <= 2-core CPU).
-    ``identifiers``: how BM25 tokenises compound words such as ``getWeatherForecast`` -
-    ``"whole"`` (one token, the old behaviour), ``"split"`` (its parts, the default) or ``"both"``
-    (``toolgym.retrieval.text``). ``parameters``: BM25 also indexes each tool's parameter names
-    and descriptions (default on). Both concern BM25 (and hybrid's BM25 half) only; dense search
-    embeds ``corpus.text``. Defaults chosen by measurement, see docs/retrieval.md.
-    ``identifiers="whole", parameters=False`` is the old BM25.
+    ``method`` (``"bm25"``, ``"dense"`` or ``"hybrid"``) and the keyword ``options`` are the fields
+    of :class:`IndexConfig` (documented and checked there: ``model``, ``cache_dir``, ``cache_size``,
+    ``show_progress``, ``encode_batch_size``, ``encode_threads``, ``identifiers``, ``parameters``,
+    ``hybrid_fusion``, ``bm25_weight``); ``config`` gives them as one :class:`IndexConfig`, which
+    ``method`` and ``options`` override.
     """
-    return ToolIndex(
-        corpus, method, model=model, cache_dir=cache_dir, cache_size=cache_size, show_progress=show_progress,
-        encode_batch_size=encode_batch_size, encode_threads=encode_threads, identifiers=identifiers,
-        parameters=parameters, hybrid_fusion=hybrid_fusion, bm25_weight=bm25_weight,
-    )
+    return ToolIndex(corpus, method, config=config, **options)

@@ -32,7 +32,7 @@ def test_every_config_dataclass_checks_itself_in_post_init():
     classes = _config_classes()
     names = {name for _, name in classes}
     assert {"SamplingConfig", "ModelConfig", "SFTTrainConfig", "FitRetrieverConfig", "GeneratorConfig",
-            "BackendConfig", "FitSource"} <= names, names
+            "BackendConfig", "IndexConfig", "FitSource"} <= names, names
     missing = [f"{module}.{name}" for module, name in classes
                if getattr(getattr(importlib.import_module(module), name), "__post_init__", None) is None]
     assert not missing, f"config dataclasses without __post_init__ checks: {missing}"
@@ -257,3 +257,39 @@ def test_unknown_reward_in_a_train_config_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "unknown reward" in err and "no_such_reward" in err, err
     assert not (tmp_path / "run").exists()
+
+
+# -- the index: one IndexConfig, checked once, which build_index passes through ----------------------
+@pytest.mark.parametrize("kwargs, key", [
+    ({"method": "sparse"}, "retrieval method"), ({"cache_size": -1}, "cache_size"),
+    ({"encode_batch_size": 0}, "encode_batch_size"), ({"encode_threads": 1.5}, "encode_threads"),
+    ({"identifiers": "camel"}, "identifiers"), ({"hybrid_fusion": "max"}, "hybrid_fusion"),
+    ({"bm25_weight": 1.5}, "bm25_weight"), ({"bm25_weight": float("nan")}, "bm25_weight"),
+])
+def test_index_config_bad_values(kwargs, key):
+    from toolgym.retrieval import IndexConfig, build_index
+    from toolgym.retrieval.corpus import Tool, ToolCorpus
+
+    corpus = ToolCorpus([Tool("a", "weather", "search the weather"), Tool("b", "flights", "book a flight")])
+    _raises(lambda: IndexConfig(**kwargs), key)
+    _raises(lambda: build_index(corpus, **kwargs), key)  # the keyword arguments users pass still work
+
+
+def test_build_index_passes_one_index_config_through():
+    from toolgym.retrieval import IndexConfig, ToolIndex, build_index
+    from toolgym.retrieval.corpus import Tool, ToolCorpus
+
+    corpus = ToolCorpus([Tool("a", "weather", "search the weather forecast"), Tool("b", "flights", "book a flight ticket")])
+    by_keywords = build_index(corpus, "bm25", cache_size=0, identifiers="whole", parameters=False)
+    by_config = build_index(corpus, config=IndexConfig(cache_size=0, identifiers="whole", parameters=False))
+    direct = ToolIndex(corpus, "bm25", cache_size=0, identifiers="whole", parameters=False)
+    assert by_keywords.config == by_config.config == direct.config
+    assert by_keywords.config == IndexConfig(method="bm25", cache_size=0, identifiers="whole", parameters=False)
+    assert (by_keywords.cache_size, by_keywords.identifiers, by_keywords.parameters) == (0, "whole", False)
+    assert by_keywords.search("weather", k=2).ids == by_config.search("weather", k=2).ids
+    assert by_keywords.search("weather", k=2).ids[0] == "a"
+    # keyword arguments override a given config; an unknown one is a TypeError, as for any function
+    assert build_index(corpus, config=IndexConfig(cache_size=5), cache_size=7).config.cache_size == 7
+    with pytest.raises(TypeError, match="nope"):
+        build_index(corpus, nope=1)
+    assert build_index(corpus).config == IndexConfig()  # the defaults are IndexConfig's
