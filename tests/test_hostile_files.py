@@ -131,9 +131,14 @@ def test_proc_self_mem_as_tasks_names_the_file(tmp_path, capsys):
 # -- item 17: an empty config file is refused, not a silent default run -----------------------
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "\n\n"])
 def test_empty_config_file_is_refused(tmp_path, capsys, text):
+    """``--print-config``: on the old code the same command without it started a full default run."""
+    from toolgym.trainers.config import load_train_config
+
     config = tmp_path / "empty.yaml"
     config.write_text(text)
-    assert main(["train", str(config), f"run_dir={tmp_path / 'run'}"]) == 2
+    with pytest.raises(ValueError, match="empty.yaml holds no settings"):
+        load_train_config(config, [f"run_dir={tmp_path / 'run'}"], check_machine=False)
+    assert main(["train", str(config), "--print-config"]) == 2
     one_error_line(capsys.readouterr().err, "empty.yaml", "no settings")
     assert not (tmp_path / "run").exists()
 
