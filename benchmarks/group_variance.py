@@ -101,34 +101,56 @@ def measure(warm_start: str, temperature: float, seeds: list[int], tasks_per_ste
             "rows": rows}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--warm-start", required=True, help="warm-start model folder (`toolgym sft` RUN_DIR/model)")
-    ap.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 1.3])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--tasks-per-step", type=int, default=4)
-    ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--name", default="group_variance", help="results file name (benchmarks/results/NAME.json)")
-    args = ap.parse_args(argv)
-    if args.tasks_per_step < 1 or args.group_size < 2 or any(not 0 < t <= 5 for t in args.temperatures):
-        ap.error("--tasks-per-step >= 1, --group-size >= 2 and temperatures in (0, 5]")
-    runs = [measure(args.warm_start, t, args.seeds, args.tasks_per_step, args.group_size) for t in args.temperatures]
+def report_body(payload: dict[str, Any]) -> str:
+    """The docs/benchmarks.md section of a results payload (re-rendered from the JSON alone with ``--report``)."""
+    runs = payload["runs"]
+    g = runs[0]["group_size"]
     table = markdown_table(
         ["temperature", "groups", "non-zero ESM", "non-zero TCA", "non-zero F1", "non-zero valid-action",
          "distinct query sequences (of G)", "searches / episode", "invalid rate", "SRecall", "seconds"],
         [[r["temperature"], r["groups"], f"{r['mean']['esm']:.0%}", f"{r['mean']['tca']:.0%}",
           f"{r['mean']['selection_f1']:.0%}", f"{r['mean']['valid_actions']:.0%}",
-          f"{r['mean']['distinct_query_sequences']:.1f} / {args.group_size}", f"{r['mean']['searches']:.2f}",
+          f"{r['mean']['distinct_query_sequences']:.1f} / {g}", f"{r['mean']['searches']:.2f}",
           f"{r['mean']['invalid_rate']:.1%}", f"{r['mean']['srecall']:.3f}", f"{r['seconds']:.0f}"] for r in runs])
-    body = (f"Warm start `{args.warm_start}` (`{weights_fingerprint(args.warm_start)[:19]}…`), `{ENV_ID}` "
-            f"{ENV_KWARGS} training split: for seeds {args.seeds}, the tasks of GRPO step 0 "
-            f"({args.tasks_per_step} per seed) × {args.group_size} rollouts, sampled as the trainer samples them "
+    seeds = runs[0]["seeds"]
+    per_step = len(runs[0]["rows"]) // max(len(seeds), 1)
+    return (f"Warm start `{payload['warm_start']}` (`{payload['fingerprint'][:19]}…`), `{payload['env_id']}` "
+            f"{payload['env_kwargs']} training split: for seeds {seeds}, the tasks of GRPO step 0 "
+            f"({per_step} per seed) × {g} rollouts, sampled as the trainer samples them "
             "(LoRA at its identity start). A group counts for a term when the term's rewards are not all equal "
             "(for ESM: some gold tool found by some rollouts but not all).\n\n" + table)
-    write_report(args.name, {"warm_start": args.warm_start, "fingerprint": weights_fingerprint(args.warm_start),
-                             "env_id": ENV_ID, "env_kwargs": ENV_KWARGS, "host": host_info(), "runs": runs},
-                 "First-step group variance of a ToolSearch warm start", body, script=f"group_variance.py")
-    print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    from _report import RESULTS
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--warm-start", help="warm-start model folder (`toolgym sft` RUN_DIR/model)")
+    ap.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 1.3])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--tasks-per-step", type=int, default=4)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--name", default="group_variance", help="results file name (benchmarks/results/NAME.json)")
+    ap.add_argument("--report", action="store_true", help="only re-render the docs section from benchmarks/results/NAME.json")
+    args = ap.parse_args(argv)
+    title = "First-step group variance of a ToolSearch warm start"
+    if args.report:
+        payload = json.loads((RESULTS / f"{args.name}.json").read_text())
+        write_report(args.name, payload, title, report_body(payload),  # its own machine and date stay
+                     script=f"group_variance.py --name {args.name}")
+        return 0
+    if not args.warm_start:
+        ap.error("--warm-start is required (except with --report)")
+    if args.tasks_per_step < 1 or args.group_size < 2 or any(not 0 < t <= 5 for t in args.temperatures):
+        ap.error("--tasks-per-step >= 1, --group-size >= 2 and temperatures in (0, 5]")
+    runs = [measure(args.warm_start, t, args.seeds, args.tasks_per_step, args.group_size) for t in args.temperatures]
+    payload = {"warm_start": args.warm_start, "fingerprint": weights_fingerprint(args.warm_start), "env_id": ENV_ID,
+               "env_kwargs": ENV_KWARGS, "host": host_info(), "runs": runs}
+    body = report_body(payload)
+    write_report(args.name, payload, title, body, script=f"group_variance.py --name {args.name}")
+    print(body)
     return 0
 
 

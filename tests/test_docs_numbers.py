@@ -456,3 +456,16 @@ def test_readme_results_table_numbers_are_in_the_files_it_names():
 def test_trl_section_is_what_its_report_writes():
     example = load_script("examples/trl_grpo.py")
     assert sections()["trl_grpo"]["body"] == example.report_markdown(payload("trl_grpo")).strip()
+
+
+@pytest.mark.parametrize("name", ["group_variance", "group_variance_t08"])
+def test_group_variance_sections_render_from_their_rows(name):
+    """The first-step group variance of the multi-search warm start: the section is its payload's rendering and
+    every mean is its per-group rows' mean."""
+    gv = bench("group_variance")
+    data = payload(name)
+    assert sections()[name]["body"] == gv.report_body(data).strip()
+    for run in data["runs"]:
+        assert len(run["rows"]) == run["groups"]
+        for key, value in run["mean"].items():
+            assert close(sum(r[key] for r in run["rows"]) / len(run["rows"]), value), (name, key)
