@@ -217,6 +217,15 @@ def paired_gains_from_rows() -> dict[str, list[frozenset[str]]]:
         if len(gains) > 1:
             sl = bench("credit_schemes").seed_level(list(gains.values()))
             out.setdefault(f"{sl['mean']:+.3f} ± {sl['se']:.3f}", []).append(frozenset({run.split("_", 1)[1], "seed"}))
+    # the multi-search warm start against the single-search one on their shared held-out tasks
+    warm = RESULTS / "credit_schemes_multisearch" / "toolsearch_multi" / "warm_start.json"
+    single = RESULTS / "credit_schemes" / "toolsearch_multi" / "grpo_f1_seed0.json"
+    if warm.exists() and single.exists():
+        old_rows = json.loads(single.read_text())["warm"]["rows"]
+        by_id = {r["task_id"]: r for r in json.loads(warm.read_text())["rows"]}
+        for key in ("f1", "srecall", "match", "invalid_rate", "search_turns"):
+            g = compare({"rows": old_rows}, {"rows": [by_id[r["task_id"]] for r in old_rows]}, key=key)
+            out.setdefault(f"{g['gain']:+.3f} ± {g['se']:.3f}", []).append(frozenset({"multi", "single"}))
     rows = payload("toolsearch_invalid")["rows"]  # plain vs constrained decoding of the warm start
     g = compare({"rows": rows["plain"]}, {"rows": rows["constrained"]})
     out.setdefault(f"{g['gain']:+.3f} ± {g['se']:.3f}", []).append(frozenset({"constrained"}))
@@ -469,3 +478,30 @@ def test_group_variance_sections_render_from_their_rows(name):
         assert len(run["rows"]) == run["groups"]
         for key, value in run["mean"].items():
             assert close(sum(r[key] for r in run["rows"]) / len(run["rows"]), value), (name, key)
+
+
+def test_the_warm_start_table_is_its_rows():
+    """docs/learning.md's multi-search warm-start table: each cell is the mean of the kept per-task rows (the new
+    warm start's file; the single-search one's rows stored in its run files), and the paired gains quoted under it
+    are the rows' own."""
+    from toolgym.evaluation.paired import compare
+
+    new = json.loads((RESULTS / "credit_schemes_multisearch" / "toolsearch_multi" / "warm_start.json").read_text())
+    old = json.loads((RESULTS / "credit_schemes" / "toolsearch_multi" / "grpo_f1_seed0.json").read_text())["warm"]["rows"]
+    ids = [r["task_id"] for r in old]
+    by_id = {r["task_id"]: r for r in new["rows"]}
+    shared = [by_id[t] for t in ids]
+    keys = ("f1", "srecall", "match", "invalid_rate", "search_turns")
+
+    def cells(rows):
+        means = [sum(r[k] for r in rows) / len(rows) for k in keys]
+        return [f"{m:.3f}" for m in means[:-1]] + [f"{means[-1]:.2f}"]
+
+    text = (ROOT / "docs" / "learning.md").read_text()
+    table = text[text.index("<!-- warm_start_table:start -->"):text.index("<!-- warm_start_table:end -->")]
+    printed = [[c.strip() for c in line.strip("|").split("|")][2:] for line in table.splitlines()[3:] if line.startswith("|")]
+    assert printed == [cells(old), cells(shared), cells(new["rows"])]
+    after = text[text.index("<!-- warm_start_table:end -->"):][:600]
+    for key in ("f1", "srecall", "match", "search_turns"):
+        g = compare({"rows": old}, {"rows": shared}, key=key)
+        assert f"{g['gain']:+.3f} ± {g['se']:.3f}" in after, key
