@@ -367,21 +367,11 @@ class ConstrainedToolSearchPolicy:
         return mask
 
     def _sample(self, logits: torch.Tensor, sets: list[tuple[int, ...]]) -> tuple[list[int], list[float]]:
-        """Sample (or argmax) each row of ``logits`` restricted to its allowed set; log π_T of the pick."""
-        t = self.sampling.temperature
-        scaled = logits.float() * (1.0 / t if t and t > 0 else 1.0)
-        mask = self._mask(sets, logits)
-        logp = torch.log_softmax(scaled.masked_fill(~mask, float("-inf")), dim=-1)
-        if t and t > 0:  # inverse CDF: the first token whose cumulative mass exceeds u (zero-mass tokens never)
-            cdf = logp.exp().cumsum(-1)
-            u = torch.rand((len(sets), 1), device=logits.device) * cdf[:, -1:]
-            picks = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=logits.shape[-1] - 1)
-            inside = mask.gather(-1, picks[:, None]).squeeze(-1)
-            if not bool(inside.all()):  # only float rounding at the very top of the CDF lands here
-                picks = torch.where(inside, picks, logp.argmax(dim=-1))
-        else:
-            picks = logp.argmax(dim=-1)
-        chosen = logp.gather(-1, picks[:, None]).squeeze(-1)
+        """Sample (or argmax) each row of ``logits`` restricted to its allowed set; log π_T of the pick
+        (:func:`toolgym.agents.sampling.sample_tokens` with the restriction as a logits mask)."""
+        from toolgym.agents.sampling import sample_tokens
+
+        picks, chosen = sample_tokens(logits.float(), self.sampling.temperature, allowed=self._mask(sets, logits))
         return picks.tolist(), chosen.tolist()
 
     @torch.no_grad()

@@ -19,7 +19,8 @@ and every row of a batch waits for the slowest one. Here:
   of the batch is done, and a finished row's place is given to a waiting episode. Attention reads
   the grouped KV heads in place (queries reshaped to ``[rows, kv_heads, group, ...]``).
 
-Sampling follows ``generate``'s settings: ``logits / T``, then top-k, then top-p, then one uniform
+Sampling (:func:`toolgym.agents.sampling.sample_tokens`, shared with the constrained decoder) follows
+``generate``'s settings: ``logits / T``, then top-k, then top-p, then one uniform
 draw per row from the global generator through the inverse CDF (greedy: argmax); the same
 distribution as ``generate``'s ``torch.multinomial``, not the same random stream. Each sampled
 token's log-probability under the sampling distribution is kept (``Generation.logprobs``) so the
@@ -36,6 +37,7 @@ import numpy as np
 import torch
 
 from toolgym.agents.policy import Generation, SamplingConfig
+from toolgym.agents.sampling import sample_tokens
 
 __all__ = ["DecodeEngine", "KVCache", "LeanWeights", "cpu_has_bf16_matmul", "lean_supported", "sampling_dtype"]
 
@@ -302,28 +304,9 @@ def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def _sample(logits: torch.Tensor, s: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(token ids, their log-probabilities under the sampling distribution)`` for ``[n, V]`` logits."""
-    if not s.temperature or s.temperature <= 0:
-        ids = logits.argmax(-1)
-        return ids, torch.log_softmax(logits, -1).gather(-1, ids[:, None]).squeeze(-1)
-    scores = logits / float(s.temperature)
-    if s.top_k and 0 < s.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, int(s.top_k), dim=-1).values[:, -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if s.top_p is not None and s.top_p < 1.0:
-        # as transformers' TopPLogitsWarper: drop the low tail whose mass is <= 1 - top_p
-        sorted_scores, order = torch.sort(scores, descending=False, dim=-1)
-        cum = sorted_scores.softmax(-1).cumsum(-1)
-        drop_sorted = cum <= (1 - float(s.top_p))
-        drop_sorted[:, -1] = False
-        scores = scores.masked_fill(drop_sorted.scatter(1, order, drop_sorted), float("-inf"))
-    logp = torch.log_softmax(scores, -1)
-    # inverse CDF with one uniform draw per row: torch.multinomial's exponential draws over the
-    # whole vocabulary cost more than a transformer layer here
-    cdf = logp.exp().cumsum(-1)
-    u = torch.rand((cdf.shape[0], 1), device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
-    ids = torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
-    return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
+    """``(token ids, their log-probabilities under the sampling distribution)`` for ``[n, V]`` logits
+    (:func:`toolgym.agents.sampling.sample_tokens`, the one sampler of toolgym's decoding paths)."""
+    return sample_tokens(logits, s.temperature, s.top_k, s.top_p)
 
 
 @dataclass(eq=False)
