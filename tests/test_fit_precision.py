@@ -63,7 +63,8 @@ def test_bad_precision_is_a_one_line_error_before_any_data(command, tmp_path, ca
                    f"tasks_path: {json.dumps(str(tmp_path / 'missing_tasks.jsonl'))}\nprecision: half\n")
     assert main([command, str(cfg), "--output-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    assert "precision must be one of" in err and "half" in err and len(err.strip().splitlines()) == 1
+    assert "precision=" in err and "must be one of float32, bfloat16, auto" in err and "half" in err \
+        and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
 
 
