@@ -203,6 +203,18 @@ def budgeted_schedule(optimizer: Any, planned_steps: int, warmup_ratio: float, b
     return LambdaLR(optimizer, BudgetedWarmupDecay(planned_steps, warmup_ratio, budget))
 
 
+def check_training_loop(cfg: Any, batch_key: str | None = "batch_size") -> None:
+    """The ranges every fit config's training loop shares (epochs, max_steps, batch size, lr, warm-up, length):
+    one place, called from each config's ``__post_init__``."""
+    require(cfg.epochs >= 1, "epochs", cfg.epochs, "must be >= 1")
+    require(cfg.max_steps >= 0, "max_steps", cfg.max_steps, "must be >= 0 (0 = no limit)")
+    if batch_key is not None:
+        require(getattr(cfg, batch_key) >= 1, batch_key, getattr(cfg, batch_key), "must be >= 1")
+    require(cfg.lr >= 0, "lr", cfg.lr, "must be >= 0")
+    require(0 <= cfg.warmup_ratio <= 1, "warmup_ratio", cfg.warmup_ratio, "must be in [0, 1]")
+    require(cfg.max_length >= 1, "max_length", cfg.max_length, "must be >= 1")
+
+
 @dataclass
 class FitDataConfig:
     """The data keys every ``toolgym fit-*`` config shares (top-level keys of its YAML).

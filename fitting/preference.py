@@ -30,6 +30,7 @@ import numpy as np
 from toolgym.data.atomic import write_text_atomic
 from toolgym.trainers.config import require
 from toolgym.fitting.common import (
+    check_training_loop,
     FitDataConfig,
     Budget,
     MetricsLog,
@@ -71,12 +72,7 @@ class FitPreferenceConfig(FitDataConfig):
         super().__post_init__()
         require(self.corruptions_per_task >= 0, "corruptions_per_task", self.corruptions_per_task,
                 "must be >= 0 (0 = every applicable one)")
-        require(self.epochs >= 1, "epochs", self.epochs, "must be >= 1")
-        require(self.max_steps >= 0, "max_steps", self.max_steps, "must be >= 0 (0 = no limit)")
-        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
-        require(self.lr >= 0, "lr", self.lr, "must be >= 0")
-        require(0 <= self.warmup_ratio <= 1, "warmup_ratio", self.warmup_ratio, "must be in [0, 1]")
-        require(self.max_length >= 1, "max_length", self.max_length, "must be >= 1")
+        check_training_loop(self)
 
 
 def pairwise_accuracy(scorer: Any, pairs: Sequence[Any]) -> dict[str, Any]:

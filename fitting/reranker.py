@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from toolgym.fitting.common import (
+    check_training_loop,
     FitDataConfig,
     FitSource,
     Budget,
@@ -120,11 +121,7 @@ class FitRerankerConfig(FitDataConfig):
                                                                     for x in self.stage_budget_shares),
                 "stage_budget_shares", list(self.stage_budget_shares), f"needs {len(STAGES)} non-negative numbers")
         require(self.candidates >= 1, "candidates", self.candidates, "must be >= 1")
-        require(self.max_length >= 1, "max_length", self.max_length, "must be >= 1")
-        require(self.lr >= 0, "lr", self.lr, "must be >= 0")
-        require(0 <= self.warmup_ratio <= 1, "warmup_ratio", self.warmup_ratio, "must be in [0, 1]")
-        require(self.epochs >= 1, "epochs", self.epochs, "must be >= 1")
-        require(self.max_steps >= 0, "max_steps", self.max_steps, "must be >= 0 (0 = no limit)")
+        check_training_loop(self, batch_key=None)  # three batch sizes, checked below
         for key in ("point_batch_size", "list_batch_size", "distill_batch_size"):
             require(getattr(self, key) >= 1, key, getattr(self, key), "must be >= 1")
         for key in ("point_random_negatives", "point_retrieved_negatives", "distill_rounds", "distill_hard_negatives",

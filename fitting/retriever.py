@@ -28,6 +28,7 @@ import numpy as np
 from toolgym.data.atomic import write_text_atomic
 from toolgym.trainers.config import require
 from toolgym.fitting.common import (
+    check_training_loop,
     FitDataConfig,
     FitSource,
     Budget,
@@ -92,12 +93,7 @@ class FitRetrieverConfig(FitDataConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.epochs >= 1, "epochs", self.epochs, "must be >= 1")
-        require(self.max_steps >= 0, "max_steps", self.max_steps, "must be >= 0 (0 = no limit)")
-        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be >= 1")
-        require(self.lr >= 0, "lr", self.lr, "must be >= 0")
-        require(0 <= self.warmup_ratio <= 1, "warmup_ratio", self.warmup_ratio, "must be in [0, 1]")
-        require(self.max_length >= 1, "max_length", self.max_length, "must be >= 1")
+        check_training_loop(self)
         require(self.scale > 0, "scale", self.scale, "must be > 0 (1/τ)")
         require(self.negatives_per_query >= 0, "negatives_per_query", self.negatives_per_query, "must be >= 0")
         require(self.first_negatives in FIRST_NEGATIVES, "first_negatives", self.first_negatives,
