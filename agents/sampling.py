@@ -8,10 +8,14 @@ log-probability under that distribution, which the trainer uses to measure the s
 Why an inverse CDF and not ``torch.multinomial``: one uniform draw per row costs less than
 multinomial's exponential draw over the whole vocabulary (more than a transformer layer of this
 model on a CPU). Why it is written once: the two paths used to differ where the uniform draw is
-exactly 0 (``torch.rand`` gives 0 about once in 2**24 draws): ``searchsorted`` from the left then
-returned token 0 whatever its mass, a token outside top-k with log-probability −inf. Here the
-search is from the right (the first token whose cumulative mass *exceeds* the draw), and a pick of
-zero mass — only float rounding at the top of the CDF can produce one — falls back to the argmax.
+exactly 0 (``torch.rand`` gives 0 about once in 2**24 draws): the lean decoder's ``searchsorted``
+from the left then returned token 0 whatever its mass, a token outside top-k with log-probability
+−inf. The search stays from the left (the first token whose cumulative mass reaches the draw: the
+lean decoder's choice, so every earlier run repeats draw for draw — searching from the right, as
+the constrained decoder did, changes the pick wherever the draw lands exactly on a cumulative value,
+measured at 4 of 6 400 draws over the full vocabulary), and a pick without mass moves to the first
+token whose mass exceeds the draw, or to the argmax when only float rounding at the top of the CDF
+put it there.
 ``transformers``' ``generate`` (the fallback engine for models the lean decoder does not support)
 samples with its own ``torch.multinomial``: the same distribution, another random stream.
 """
@@ -30,7 +34,8 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int = 0, top_
     p_T = softmax(mask(logits / T)), mask = top-k (the ``top_k`` largest), then top-p (drop the
     low tail whose mass is <= 1 - ``top_p``, as transformers' ``TopPLogitsWarper``), then
     ``allowed`` (a ``[n, V]`` bool mask; False = −inf). Pick: the first token whose cumulative p_T
-    exceeds u · Σp_T, u ~ U[0, 1) (``uniform``: the draws, ``[n, 1]``, for tests); T <= 0: argmax.
+    reaches u · Σp_T, u ~ U[0, 1) (``uniform``: the draws, ``[n, 1]``, for tests), never one without
+    mass; T <= 0: argmax.
     """
     greedy = not temperature or temperature <= 0
     scores = logits if greedy else logits / float(temperature)
@@ -51,8 +56,13 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_k: int = 0, top_
     else:
         cdf = logp.exp().cumsum(-1)
         u = uniform if uniform is not None else torch.rand((cdf.shape[0], 1), device=cdf.device, dtype=cdf.dtype)
-        ids = torch.searchsorted(cdf, u.to(cdf.dtype) * cdf[:, -1:], right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
+        target = u.to(cdf.dtype) * cdf[:, -1:]
+        ids = torch.searchsorted(cdf, target).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
         outside = torch.isneginf(logp.gather(-1, ids[:, None]).squeeze(-1))
-        if bool(outside.any()):
-            ids = torch.where(outside, logp.argmax(dim=-1), ids)
+        if bool(outside.any()):  # a draw of 0 before the first token with mass: the first token whose mass exceeds it
+            ahead = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
+            ids = torch.where(outside, ahead, ids)
+            outside = torch.isneginf(logp.gather(-1, ids[:, None]).squeeze(-1))
+            if bool(outside.any()):  # only float rounding at the very top of the CDF lands here
+                ids = torch.where(outside, logp.argmax(dim=-1), ids)
     return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
