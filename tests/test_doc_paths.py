@@ -21,8 +21,6 @@ ELSEWHERE = {
     # files inside the upstream datasets' own archives (the loaders read them from there)
     "data/all_apis.csv": "API-Bank's archive", "data/all_clean_data.csv": "MetaTool's archive",
     "data/multi_tool_query_golden.json": "MetaTool's archive", "data/ultratool/": "GNN4TaskPlan's repository",
-    # results a benchmark writes when it is run (not run in this repository yet)
-    "benchmarks/results/quickstart_seeds.json": "benchmarks/quickstart_seeds.py writes it",
     "examples/x.py": "an example name in tests/conftest.py",
 }
 CODE = re.compile(r"``([^`\n]+)``|`([^`\n]+)`")
