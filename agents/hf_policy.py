@@ -100,6 +100,24 @@ def tiny_causal_lm(tokenizer: Any, seed: int = 0, hidden_size: int = 32, layers:
     return LlamaForCausalLM(config)
 
 
+def _unmark_dequantized(model: Any) -> None:
+    """Clear the "quantized" marks that newer transformers (seen on 5.17) leave on a GGUF-loaded model.
+
+    The GGUF weights are dequantized to float tensors on load, yet the model keeps an ``hf_quantizer``
+    and a ``quantization_config``: the HF Trainer then refuses full fine-tuning ("purely quantized
+    models") and ``save_pretrained`` would write a quantization config into the warm start.
+    """
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)  # transformers' own undo
+    if getattr(model, "is_quantized", False):
+        model.is_quantized = False
+    if getattr(model.config, "_is_quantized", False):
+        model.config._is_quantized = False
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+
+
 def load_causal_lm(name_or_path: str, dtype: str | torch.dtype | None = None, device: str | None = None) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` from a folder, a cached HF id, a ``.gguf`` file or ``smollm2``."""
     from transformers import AutoModelForCausalLM
@@ -115,6 +133,8 @@ def load_causal_lm(name_or_path: str, dtype: str | torch.dtype | None = None, de
     if dtype is not None and dtype != "auto":
         kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     model = _from_pretrained(AutoModelForCausalLM, folder, **kwargs)
+    if gguf_file is not None:
+        _unmark_dequantized(model)
     if device:
         model.to(device)
     return model, load_tokenizer(name_or_path)

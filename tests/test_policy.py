@@ -183,3 +183,29 @@ def test_openai_policy_retries_server_errors_and_reports_client_errors(server):
     handler.replies = [(200, {"unexpected": True})]
     with pytest.raises(OpenAICompatError, match="unexpected response"):
         OpenAICompatPolicy(url, "m").act(MESSAGES)
+
+
+def test_a_dequantized_gguf_model_is_not_left_marked_quantized(tokenizer, tmp_path):
+    # transformers 5.17 leaves these marks on a GGUF-loaded model whose weights are already float: the
+    # HF Trainer then refused full fine-tuning ("purely quantized models") on the H200 run of the
+    # multi-search warm start, and save_pretrained would write the quantization config into it.
+    from transformers.trainer_utils import validate_quantization_for_training
+
+    from toolgym.agents.hf_policy import _unmark_dequantized
+
+    class Quantizer:
+        is_trainable = is_qat_trainable = False
+
+        def remove_quantization_config(self, model):
+            del model.hf_quantizer
+
+    model = tiny_causal_lm(tokenizer, seed=0)
+    model.hf_quantizer, model.is_quantized = Quantizer(), True
+    model.config._is_quantized, model.config.quantization_config = True, {"quant_method": "gguf"}
+    with pytest.raises(ValueError, match="quantized"):
+        validate_quantization_for_training(model)
+    _unmark_dequantized(model)
+    validate_quantization_for_training(model)
+    assert getattr(model, "hf_quantizer", None) is None and not model.is_quantized
+    model.save_pretrained(tmp_path)
+    assert "quantization_config" not in json.loads((tmp_path / "config.json").read_text())
