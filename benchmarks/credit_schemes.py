@@ -392,9 +392,17 @@ def pairwise(by_scheme: dict[str, list[dict[str, Any]]], keys: Sequence[str]) ->
                     **{k: paired_difference_over_seeds(final_by_task(by_scheme[a], k), warm_by_task(by_scheme[a], k))
                        for k in keys}})
     for a, b in combinations(schemes, 2):
+        if not {int(r["seed"]) for r in by_scheme[a]} & {int(r["seed"]) for r in by_scheme[b]}:
+            continue  # no seed trained both: nothing to pair (unpaired_pairs names them)
         out.append({"a": a, "b": b, **{k: paired_difference_over_seeds(final_by_task(by_scheme[a], k),
                                                                       final_by_task(by_scheme[b], k)) for k in keys}})
     return out
+
+
+def unpaired_pairs(by_scheme: dict[str, list[dict[str, Any]]]) -> list[tuple[str, str]]:
+    """The scheme pairs :func:`pairwise` leaves out: no seed trained both (runs still missing)."""
+    seeds = {s: {int(r["seed"]) for r in runs} for s, runs in by_scheme.items()}
+    return [(a, b) for a, b in combinations(list(by_scheme), 2) if not seeds[a] & seeds[b]]
 
 
 # -- where the credits differ: per turn type, on the same rollouts ----------------------------------
@@ -736,6 +744,9 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
                                    f"Δ {names[key0]} mean ± seed se (t, df)", "task-paired se",
                                    *[f"Δ {names.get(k, k)} ± seed se" for k in keys[1:]],
                                    f"detectable Δ {names[key0]} (80 %)"], pair_rows))
+    unpaired = unpaired_pairs(schemes)
+    if unpaired:
+        parts.append("Not compared (no seed trained both): " + ", ".join(f"`{a}` / `{b}`" for a, b in unpaired) + ".")
     if degenerate:
         parts.append("Degenerate arms (not results): " + "; ".join(
             f"`{d['a']}` equals {d['b'] if d['b'] == 'the warm start' else '`' + d['b'] + '`'} on every seed "

@@ -66,6 +66,17 @@ def test_pairwise_lists_each_scheme_against_the_warm_start_then_every_pair():
         cs.pairwise(runs, ["f1"])
 
 
+def test_pairwise_leaves_out_pairs_no_seed_trained_and_names_them():
+    # esm_only ran seed 0, +mean seed 1 (the others' runs missing): no pair to take, and the report says so
+    runs = {"toolsearcher": [_run_file("toolsearcher", s, [0, 0, 0], [1, 0, 0]) for s in (0, 1)],
+            "esm_only": [_run_file("esm_only", 0, [0, 0, 0], [0, 0, 0])],
+            "toolsearcher+mean": [_run_file("toolsearcher+mean", 1, [0, 0, 0], [1, 1, 0])]}
+    got = [(p["a"], p["b"]) for p in cs.pairwise(runs, ["f1"])]
+    assert ("toolsearcher", "esm_only") in got and ("toolsearcher", "toolsearcher+mean") in got
+    assert ("esm_only", "toolsearcher+mean") not in got
+    assert cs.unpaired_pairs(runs) == [("esm_only", "toolsearcher+mean")]
+
+
 def _args(tmp_path, **kw):
     base = dict(warm_start="W", steps=3, eval_every=3, eval_tasks=3, eval_batch=20, tasks_per_step=4, group_size=8,
                 overrides=[], out=str(tmp_path / "runs"), no_progress=True, results_dir=str(tmp_path / "results"))
