@@ -19,10 +19,9 @@ and every row of a batch waits for the slowest one. Here:
   of the batch is done, and a finished row's place is given to a waiting episode. Attention reads
   the grouped KV heads in place (queries reshaped to ``[rows, kv_heads, group, ...]``).
 
-Sampling (:func:`toolgym.agents.sampling.sample_tokens`, shared with the constrained decoder) follows
-``generate``'s settings: ``logits / T``, then top-k, then top-p, then one uniform
-draw per row from the global generator through the inverse CDF (greedy: argmax); the same
-distribution as ``generate``'s ``torch.multinomial``, not the same random stream. Each sampled
+Sampling (:func:`toolgym.agents.sampling.sample_tokens`, shared with the constrained decoder and the
+``generate`` engine) follows ``generate``'s settings: ``logits / T``, then top-k, then top-p, then one
+uniform draw per row from the global generator through the inverse CDF (greedy: argmax). Each sampled
 token's log-probability under the sampling distribution is kept (``Generation.logprobs``) so the
 trainer can measure and correct the sampler/trainer mismatch (truncated importance sampling).
 """

@@ -288,6 +288,26 @@ class _StopOnText:
         return torch.tensor([any(s in t for s in self.stops) for t in texts], device=input_ids.device)
 
 
+class _SampleWithToolgym:
+    """A logits processor that samples with :func:`toolgym.agents.sampling.sample_tokens` and leaves
+    ``generate`` (run greedy) only its pick: every other token gets −inf.
+
+    So the ``generate`` engine draws tokens like the lean and constrained decoders (same truncation,
+    same inverse-CDF draw from the global torch generator) instead of ``torch.multinomial``'s stream.
+    It runs after ``generate``'s own processors (the model's repetition penalty, if it sets one).
+    """
+
+    def __init__(self, temperature: float, top_k: int, top_p: float):
+        self.temperature, self.top_k, self.top_p = float(temperature), int(top_k), float(top_p)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        from toolgym.agents.sampling import sample_tokens
+
+        picks, _ = sample_tokens(scores.float(), self.temperature, self.top_k, self.top_p)
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(1, picks[:, None], 0.0)
+
+
 @dataclass(eq=False)
 class TurnCache:
     """The KV cache of one batch of episodes, carried from one turn to the next.
@@ -507,10 +527,12 @@ class HFChatPolicy:
             kwargs["past_key_values"] = kv
         if turn_cache is not None:
             kwargs.update(use_cache=True, return_dict_in_generate=True)
+        # Greedy search over logits the shared sampler has already reduced to its pick (T > 0), or plain greedy.
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if s.temperature and s.temperature > 0:
-            kwargs.update(do_sample=True, temperature=float(s.temperature), top_p=float(s.top_p), top_k=int(s.top_k))
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            from transformers import LogitsProcessorList
+
+            kwargs["logits_processor"] = LogitsProcessorList([_SampleWithToolgym(s.temperature, s.top_k, s.top_p)])
         if s.stop_strings:
             kwargs["stopping_criteria"] = [_StopOnText(self.tokenizer, s.stop_strings, width)]
         out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs)

@@ -1,4 +1,5 @@
-"""The one token sampler of toolgym's own decoding paths (the lean decoder and the constrained decoder).
+"""The one token sampler of every toolgym decoding path: the lean decoder, the constrained decoder and
+``generate`` (through a logits processor, :class:`toolgym.agents.hf_policy.HFChatPolicy`).
 
 ``generate``'s settings, in its order: ``logits / T``, then top-k, then top-p, then a restriction
 (the constrained decoder's allowed tokens) applied as a logits mask, then one uniform draw per row
@@ -17,7 +18,8 @@ measured at 4 of 6 400 draws over the full vocabulary), and a pick without mass 
 token whose mass exceeds the draw, or to the argmax when only float rounding at the top of the CDF
 put it there.
 ``transformers``' ``generate`` (the fallback engine for models the lean decoder does not support)
-samples with its own ``torch.multinomial``: the same distribution, another random stream.
+runs greedy over logits this sampler has already reduced to its pick, so it draws the same tokens
+from the same random stream instead of ``torch.multinomial``'s.
 """
 from __future__ import annotations
 

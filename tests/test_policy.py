@@ -209,3 +209,32 @@ def test_a_dequantized_gguf_model_is_not_left_marked_quantized(tokenizer, tmp_pa
     assert getattr(model, "hf_quantizer", None) is None and not model.is_quantized
     model.save_pretrained(tmp_path)
     assert "quantization_config" not in json.loads((tmp_path / "config.json").read_text())
+
+
+def test_the_generate_engine_draws_with_the_shared_sampler(tokenizer):
+    # sampling.engine=generate (the fallback for models the lean decoder does not run) picks each token
+    # with toolgym.agents.sampling.sample_tokens, draw for draw: replayed here by a plain forward loop.
+    from toolgym.agents.sampling import sample_tokens
+
+    model = tiny_causal_lm(tokenizer, seed=1)
+    settings = {"engine": "generate", "max_new_tokens": 8, "temperature": 0.9, "top_k": 40, "top_p": 0.95}
+    policy = HFChatPolicy(model, tokenizer, settings)
+    prompts = [tokenizer.encode("Find a tool that books flights"), tokenizer.encode("Weather in Oslo")]
+    width = max(len(p) for p in prompts)
+    torch.manual_seed(7)
+    gens = policy.generate_batch(prompts)
+    torch.manual_seed(7)
+    ids = torch.tensor([[policy.pad_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    drawn = []
+    with torch.no_grad():
+        for _ in range(8):
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1, :]
+            picks, _ = sample_tokens(logits.float(), 0.9, 40, 0.95)
+            drawn.append(picks)
+            ids, mask = torch.cat([ids, picks[:, None]], 1), torch.cat([mask, torch.ones_like(picks)[:, None]], 1)
+    drawn = torch.stack(drawn, 1).tolist()
+    assert any(len(g.token_ids) > 1 for g in gens)
+    for gen, row in zip(gens, drawn):
+        assert gen.token_ids == row[:len(gen.token_ids)]
