@@ -40,7 +40,7 @@ from toolgym.data.records import Task  # noqa: E402
 from toolgym.data.training_data import split_tasks  # noqa: E402
 from toolgym.retrieval import build_index  # noqa: E402
 from toolgym.retrieval.fusion import fuse_standardised  # noqa: E402
-from toolgym.retrieval.index import HYBRID_BM25_WEIGHT, ToolIndex, _top_k_rows  # noqa: E402
+from toolgym.retrieval.index import HYBRID_BM25_WEIGHT, ToolIndex, top_k_rows  # noqa: E402
 from toolgym.retrieval.metrics import completeness_at_k, ndcg_at_k  # noqa: E402
 
 BUNDLED = ("seal_tools", "stabletoolbench", "metatool", "metatool_multi", "api_bank")
@@ -119,12 +119,12 @@ def rows_for(indexes: dict[str, ToolIndex], tasks: Sequence[Task], batch: int = 
 def weight_grid(indexes: dict[str, ToolIndex], tasks: Sequence[Task]) -> dict[str, float]:
     """C@10 (%) of the z-score fusion for each BM25 weight in WEIGHT_GRID (whole corpus, no category)."""
     queries = [t.context_text() for t in tasks]
-    lexical = indexes["bm25"]._bm25.scores(queries)
+    lexical = indexes["bm25"].bm25_scorer.scores(queries)
     dense = indexes["hybrid"].embed(queries) @ indexes["hybrid"].tool_embeddings().T
     ids = indexes["hybrid"].corpus.ids
     out = {}
     for w in WEIGHT_GRID:
-        top, _ = _top_k_rows(fuse_standardised([lexical, dense], [w, 1 - w]), 10)
+        top, _ = top_k_rows(fuse_standardised([lexical, dense], [w, 1 - w]), 10)
         out[f"{w:.2f}"] = 100 * float(np.mean([completeness_at_k([ids[j] for j in row], t.gold, 10)
                                                 for row, t in zip(top.tolist(), tasks)]))
     return out

@@ -96,25 +96,25 @@ def speed(cache_root: Path) -> dict:
         groups.setdefault(c, []).append(i)
 
     def ours_dense():
-        return dense._dense_topk(qv, groups, 10)
+        return dense.search_vectors(qv, categories, 10)
 
     def faiss_selector():
         out = []
         for c, rows_ in groups.items():
-            sel = faiss.IDSelectorBatch(dense._category_rows[c])
-            out.append(dense._faiss.search(qv[rows_], 10, params=faiss.SearchParameters(sel=sel)))
+            sel = faiss.IDSelectorBatch(dense.category_rows(c))
+            out.append(dense.faiss_index.search(qv[rows_], 10, params=faiss.SearchParameters(sel=sel)))
         return out
 
-    bm = indexes["bm25"]._bm25
+    bm = indexes["bm25"].bm25_scorer
 
     def ours_bm25():
-        return indexes["bm25"]._bm25_topk(queries, groups, 10)
+        return indexes["bm25"].search_batch(queries, categories, 10)  # LRU cache off (cache_size=0)
 
     def bm25s_weight_mask():
         out = []
         for c, rows_ in groups.items():
             mask = np.zeros(len(corpus), dtype=np.float32)
-            mask[indexes["bm25"]._category_rows[c]] = 1.0
+            mask[indexes["bm25"].category_rows(c)] = 1.0
             tok = bm25s.tokenize([queries[i] for i in rows_], stopwords="en", stemmer=bm.stemmer, show_progress=False)
             out.append(bm.retriever.retrieve(tok, k=10, weight_mask=mask, show_progress=False))
         return out
@@ -129,7 +129,7 @@ def speed(cache_root: Path) -> dict:
         "bm25 category: one sparse product + per-category column top-k (ours)": timed(ours_bm25, 3)[0],
         "bm25 category: bm25s.retrieve + weight_mask per group": timed(bm25s_weight_mask, 3)[0],
         "bm25 no filter: bm25s.retrieve on the batch": timed(bm25s_plain, 3)[0],
-        "bm25 no filter: sparse matmul (ours)": timed(lambda: indexes["bm25"]._bm25_topk(queries, {None: list(range(len(queries)))}, 10), 3)[0],
+        "bm25 no filter: sparse matmul (ours)": timed(lambda: indexes["bm25"].search_batch(queries, None, 10), 3)[0],
     }
     res["category_alternatives_ms_per_query"] = {k: 1e3 * v / len(queries) for k, v in alt.items()}
     return res

@@ -254,7 +254,7 @@ def _check_query(query: str) -> str:
     return query
 
 
-def _top_k_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def top_k_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Row-wise top-k of a (queries x docs) score matrix: (positions, scores), best first.
 
     Ties break by position (lower index, i.e. corpus order, first) both *inside* the top-k and
@@ -296,7 +296,7 @@ def _model_slug(resolved: str) -> str:
     return f"{base[-60:]}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
 
 
-class _BM25:
+class BM25Scorer:
     """bm25s index plus a sparse (vocab x docs) weight matrix for batched exact scoring.
 
     ``identifiers`` (:data:`IDENTIFIER_MODES`): compound words (``getWeatherForecast``,
@@ -441,7 +441,7 @@ class ToolIndex:
             self.bm25_weight_source = "given" if bm25_weight is not None else "default"
             bm25_weight = HYBRID_BM25_WEIGHT if bm25_weight is None else bm25_weight
         self.hybrid_fusion, self.bm25_weight = config.hybrid_fusion, check_unit_weight("bm25_weight", bm25_weight)
-        self._bm25 = _BM25(self.bm25_texts(), show_progress, identifiers) if method in ("bm25", "hybrid") else None
+        self._bm25 = BM25Scorer(self.bm25_texts(), show_progress, identifiers) if method in ("bm25", "hybrid") else None
         if method in ("dense", "hybrid"):
             self._build_faiss()
 
@@ -509,6 +509,46 @@ class ToolIndex:
             raise ValueError(f"hybrid_score_rows needs a hybrid index, this one is {self.method!r}")
         queries = [_check_query(q) for q in queries]
         return self._bm25.scores(queries), self.embed(queries) @ self.tool_embeddings().T
+
+    def search_vectors(
+        self, query_vectors: np.ndarray, categories: Sequence[str | None] | None = None, k: int = 10
+    ) -> list[SearchResult]:
+        """``search_batch`` of a dense index for queries already embedded (rows of :meth:`embed`):
+        the same top-k, without the encoder call and without the LRU cache."""
+        if self.method != "dense":
+            raise ValueError(f"search_vectors needs a dense index, this one is {self.method!r}")
+        query_vectors = np.asarray(query_vectors, dtype=np.float32)
+        if query_vectors.ndim != 2 or query_vectors.shape[1] != self.tool_embeddings().shape[1]:
+            raise ValueError(f"query_vectors must be (queries x {self.tool_embeddings().shape[1]}), "
+                             f"got shape {query_vectors.shape}")
+        categories = [None] * len(query_vectors) if categories is None else list(categories)
+        if len(categories) != len(query_vectors):
+            raise ValueError(f"got {len(query_vectors)} query vectors but {len(categories)} categories")
+        groups: dict[str | None, list[int]] = {}
+        for i, c in enumerate(categories):
+            self.corpus.check_category(c)
+            groups.setdefault(c, []).append(i)
+        return self._dense_topk(query_vectors, groups, _check_k(k))
+
+    def category_rows(self, category: str) -> np.ndarray:
+        """Corpus positions (ascending) of ``category``'s tools: the columns a filtered search scores
+        (``None``: every tool)."""
+        self.corpus.check_category(category)
+        if category is None:
+            return np.arange(len(self._ids), dtype=np.int64)
+        return self._category_rows.get(category, np.zeros(0, dtype=np.int64)).copy()
+
+    @property
+    def bm25_scorer(self) -> BM25Scorer | None:
+        """The BM25 half (``bm25`` and ``hybrid`` indexes, else ``None``): :meth:`BM25Scorer.scores`
+        gives whole (queries x tools) score rows; its ``retriever`` and ``stemmer`` are bm25s's."""
+        return self._bm25
+
+    @property
+    def faiss_index(self) -> Any:
+        """The faiss inner-product index over :meth:`tool_embeddings` (``dense`` and ``hybrid``
+        indexes, else ``None``)."""
+        return self._faiss
 
     def bm25_texts(self) -> list[str]:
         """What BM25 indexes: ``corpus.text(tool)``, plus `` | <parameter names: descriptions>``
@@ -626,7 +666,7 @@ class ToolIndex:
             cols = None if category is None else self._category_rows[category]
             pick = np.asarray(rows) if cols is None else np.ix_(rows, cols)
             fused = fuse_standardised([lexical[pick], dense[pick]], weights)
-            top, top_scores = _top_k_rows(fused, k)
+            top, top_scores = top_k_rows(fused, k)
             for i, res in zip(rows, self._pack(top, top_scores, cols)):
                 out[i] = res
         return out
@@ -642,7 +682,7 @@ class ToolIndex:
                 block = scores if len(rows) == scores.shape[0] else scores[rows]  # rows ascend
             else:
                 block = scores[np.ix_(rows, cols)]
-            top, top_scores = _top_k_rows(block, k)
+            top, top_scores = top_k_rows(block, k)
             for i, res in zip(rows, self._pack(top, top_scores, cols, positive_only)):
                 out[i] = res
 
@@ -675,7 +715,7 @@ class ToolIndex:
         return out
 
     def _faiss_topk(self, qvecs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """faiss top-k with the tie rule of :func:`_top_k_rows` (ties by corpus order, for every k).
+        """faiss top-k with the tie rule of :func:`top_k_rows` (ties by corpus order, for every k).
 
         faiss orders exact ties (duplicate texts embed identically) by its heap, not by id, and
         may let a different tied tool in at the edge for a different k. So: search deeper than

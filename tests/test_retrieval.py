@@ -170,6 +170,29 @@ def test_dense_matches_brute_force_and_filters_exactly(small, dense):
     assert len(dense.search("anything", k=10_000)) == len(small)
 
 
+def test_public_parts_of_an_index_are_the_ones_search_uses(small, dense, bm25):
+    """search_vectors / category_rows / bm25_scorer / faiss_index: what the benchmarks compare
+    against, through the public API (benchmarks/retrieval.py's category alternatives)."""
+    queries = ["plan a trip to the mountains", "measure the quality of river water", "diagnose a patient"]
+    cats = [small.categories[0], None, small.categories[1]]
+    assert dense.search_vectors(dense.embed(queries), cats, k=5) == dense.search_batch(queries, cats, k=5)
+    rows = dense.category_rows(small.categories[2])
+    assert rows.tolist() == [i for i, t in enumerate(small) if t.category == small.categories[2]]
+    assert dense.category_rows(None).tolist() == list(range(len(small)))
+    with pytest.raises(ValueError, match="unknown category"):
+        dense.category_rows("no such category")
+    with pytest.raises(ValueError, match="needs a dense index"):
+        bm25.search_vectors(np.zeros((1, 384), dtype=np.float32))
+    with pytest.raises(ValueError, match="query_vectors must be"):
+        dense.search_vectors(np.zeros((1, 3), dtype=np.float32))
+    assert dense.bm25_scorer is None and dense.faiss_index.ntotal == len(small)
+    assert bm25.faiss_index is None
+    scores = bm25.bm25_scorer.scores(["weather forecast"])
+    assert scores.shape == (1, len(bm25.corpus))
+    top = bm25.search("weather forecast", k=3)
+    assert [bm25.corpus.ids[j] for j in np.argsort(-scores[0], kind="stable")[:3]] == list(top.ids)
+
+
 def test_embedding_matrix_is_cached_on_disk_by_model_and_corpus_hash(small, dense, cache_dir):
     path = dense.embedding_cache_path
     assert path.exists() and small.content_hash in path.name and "minilm" in path.name.lower()
@@ -251,12 +274,12 @@ def test_search_result_is_a_frozen_record():
 
 # -- determinism: the same input gives the same ranking, for every k and in every process ----------
 def test_top_k_rows_breaks_ties_by_position_for_every_k():
-    from toolgym.retrieval.index import _top_k_rows
+    from toolgym.retrieval.index import top_k_rows
 
     scores = np.array([[1.0, 3.0, 3.0, 0.0, 3.0, 2.0], [5.0, 5.0, 5.0, 5.0, 5.0, 5.0]], dtype=np.float32)
     expected = [[1, 2, 4, 5, 0, 3], [0, 1, 2, 3, 4, 5]]  # by -score, then position
     for k in range(1, 7):
-        top, top_scores = _top_k_rows(scores, k)
+        top, top_scores = top_k_rows(scores, k)
         assert top.tolist() == [row[:k] for row in expected], k
         np.testing.assert_array_equal(top_scores, np.take_along_axis(scores, top, axis=1))
 
