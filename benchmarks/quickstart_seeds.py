@@ -8,7 +8,7 @@ start, each evaluated greedily before and after on the config's held-out turns. 
 seed's paired gain ± task-paired se (and whether it clears 2 se), then the seed-level figure: the
 mean of the per-seed gains ± their se over seeds, with t and df.
 
-    python benchmarks/quickstart_seeds.py --seeds 0 1 2          # ~6 min a seed on 2 cores
+    python -m benchmarks.quickstart_seeds --seeds 0 1 2          # ~6 min a seed on 2 cores
 
 A seed whose run folder holds a finished ``eval.json`` (both phases) is not trained again, so a
 stopped run resumes. Writes ``benchmarks/results/quickstart_seeds.json`` (every seed's per-task
@@ -27,8 +27,7 @@ from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import ROOT, host_info, markdown_table, weights_fingerprint, write_report  # noqa: E402
+from benchmarks._report import ROOT, host_info, markdown_table, weights_fingerprint, write_report  # noqa: E402
 
 CONFIG = ROOT / "configs" / "quickstart.yaml"
 SFT_CONFIG = ROOT / "configs" / "sft_quickstart.yaml"
