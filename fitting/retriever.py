@@ -196,11 +196,12 @@ def tune_and_save_hybrid_weight(model_dir: str | Path, sources: Sequence[Any], d
                                 grid: Sequence[float], zero_shot_bm25_weight: float = ZERO_SHOT_BM25_WEIGHT) -> dict[str, Any]:
     """Tune the BM25 weight of ``model_dir``'s hybrid on the set-aside queries (one scoring pass per
     source) and write it beside the weights (``toolgym_hybrid.json``) with the libraries it is for
-    (``trained_corpora``: each training source's ``ToolCorpus.ids_hash``) and the weight for every
-    other corpus (``zero_shot_bm25_weight``); returns what was written (empty, and nothing written,
+    (``trained_corpora``: each training source's ``ToolCorpus.ids_hash``), the weight for every
+    other corpus (``zero_shot_bm25_weight``) and the training tools (``trained_tool_hashes``, for
+    corpora that share some: :func:`~toolgym.retrieval.models.overlap_bm25_weight`); returns what was written (empty, and nothing written,
     when no source set queries aside)."""
     from toolgym.retrieval import build_index
-    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, check_unit_weight
+    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, TRAINED_TOOLS_KEY, check_unit_weight, trained_tool_hashes
 
     zero_shot = check_unit_weight("zero_shot_bm25_weight", zero_shot_bm25_weight)
 
@@ -215,7 +216,9 @@ def tune_and_save_hybrid_weight(model_dir: str | Path, sources: Sequence[Any], d
     w, table = tune_hybrid_bm25_weight(rows, grid)
     tuning = {"bm25_weight": w, "trained_corpora": {s.name: s.corpus.ids_hash for s in sources},
               "zero_shot_bm25_weight": zero_shot, "tuned_on": {name: len(d) for name, d in dev.items()},
-              "objective": HYBRID_OBJECTIVE, "grid": table}
+              "objective": HYBRID_OBJECTIVE, "grid": table,
+              # every training library's tools, so a corpus that shares some of them gets a weight between the two
+              TRAINED_TOOLS_KEY: trained_tool_hashes(t for s in sources for t in s.corpus.texts())}
     (Path(model_dir) / HYBRID_SETTINGS_FILE).write_text(json.dumps(tuning, indent=2) + "\n")
     return tuning
 

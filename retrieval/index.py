@@ -869,11 +869,12 @@ def read_embedding_cache(path: Path, rows: int) -> np.ndarray | None:
 def hybrid_bm25_weight(corpus: ToolCorpus, model: str | None, bm25_weight: float | None = None) -> tuple[float, str]:
     """The BM25 weight a hybrid index over ``corpus`` with encoder ``model`` uses, and where it comes
     from: ``bm25_weight`` when given (``"given"``); else the weight a fine-tuned ``model`` folder saved
-    for this corpus (:func:`~toolgym.retrieval.models.hybrid_weight_for`: ``"model folder"`` or
-    ``"model folder, zero-shot"``); else ``HYBRID_BM25_WEIGHT`` (``"default"``)."""
+    for this corpus (:func:`~toolgym.retrieval.models.hybrid_weight_for`: ``"model folder"``,
+    ``"model folder, zero-shot"`` or, for a corpus sharing some of its training tools,
+    ``"model folder, 42% of the tools seen"``); else ``HYBRID_BM25_WEIGHT`` (``"default"``)."""
     if bm25_weight is not None:
         return bm25_weight, "given"
-    saved = hybrid_weight_for(model, corpus.ids_hash)
+    saved = hybrid_weight_for(model, corpus.ids_hash, corpus.texts)
     return (HYBRID_BM25_WEIGHT, "default") if saved is None else saved
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from toolgym.data import load_corpus, load_dataset
 from toolgym.retrieval import build_index
-from toolgym.retrieval.corpus import ToolCorpus
+from toolgym.retrieval.corpus import Tool, ToolCorpus
 from toolgym.cli.main import main
 
 
@@ -63,7 +63,12 @@ def test_fit_retriever_tiny(seal_slice, tmp_path, capsys):
     assert list(settings["trained_corpora"].values()) == [corpus.ids_hash] and settings["zero_shot_bm25_weight"] == 0.35
     own = build_index(corpus, "hybrid", model=summary["model_dir"], cache_dir=tmp_path / "cache")
     assert (own.bm25_weight, own.bm25_weight_source) == (settings["bm25_weight"], "model folder")
-    other = ToolCorpus([t for t in corpus.tools][:5], name="a slice: another library")
+    # A slice of that library is another library whose tools were all seen: the in-domain weight.
+    part = build_index(ToolCorpus(list(corpus.tools)[:5], name="a slice"), "hybrid", model=summary["model_dir"],
+                       cache_dir=tmp_path / "cache")
+    assert (part.bm25_weight, part.bm25_weight_source) == (settings["bm25_weight"], "model folder, 100% of the tools seen")
+    other = ToolCorpus([Tool(id="new1", name="fresh_tool", description="A tool it never trained on.", category="c")],
+                       name="another library")
     zero = build_index(other, "hybrid", model=summary["model_dir"], cache_dir=tmp_path / "cache")
     assert (zero.bm25_weight, zero.bm25_weight_source) == (0.35, "model folder, zero-shot")
 

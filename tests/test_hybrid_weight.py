@@ -171,3 +171,37 @@ def test_a_loss_within_two_paired_standard_errors_is_no_shortfall():
     assert table["0.25"]["margins"][0] == pytest.approx(-100 / 30)
     assert table["0.25"]["margin_se"][0] == pytest.approx(100 / 30)
     assert table["0.25"]["shortfall"] == 0.0 and table["0.75"]["shortfall"] == pytest.approx(99.0)
+
+
+def test_a_partly_seen_corpus_gets_the_weight_between_in_domain_and_zero_shot(tmp_path):
+    """A library built from two bundled ones: 40 Seal-Tools tools the encoder trained on and 60
+    MetaTool tools it did not. w = f·w_in + (1 − f)·w_zero with f = 0.4 (by hand: 0.4·0.2 + 0.6·0.6 = 0.44);
+    the training library itself keeps w_in and an unseen one w_zero."""
+    from toolgym.data import load_dataset
+    from toolgym.retrieval.models import hybrid_weight_for, overlap_bm25_weight, trained_tool_hashes
+
+    seal, meta = load_dataset("seal_tools").corpus, load_dataset("metatool").corpus
+    (tmp_path / HYBRID_SETTINGS_FILE).write_text(json.dumps({
+        "bm25_weight": 0.2, "trained_corpora": {"seal_tools": seal.ids_hash}, "zero_shot_bm25_weight": 0.6,
+        "trained_tool_hashes": trained_tool_hashes(seal.texts())}))
+    mixed = ToolCorpus(list(seal.tools[:40]) + list(meta.tools[:60]), name="partly seen")
+    w, source = hybrid_weight_for(str(tmp_path), mixed.ids_hash, mixed.texts)
+    assert w == pytest.approx(0.44) == pytest.approx(overlap_bm25_weight(0.4, 0.2, 0.6))
+    assert source == "model folder, 40% of the tools seen"
+    assert hybrid_weight_for(str(tmp_path), seal.ids_hash, seal.texts) == (0.2, "model folder")
+    assert hybrid_weight_for(str(tmp_path), meta.ids_hash, meta.texts) == (0.6, "model folder, zero-shot")
+    # The same tools in other case and spacing are still seen (the hash ignores those only: a rewritten
+    # description is a new tool).
+    shouted = ToolCorpus([Tool(id=t.id, name=t.name.upper(), description="  ".join(t.description.split()),
+                               category=t.category) for t in seal.tools[:10]], name="shouted")
+    assert hybrid_weight_for(str(tmp_path), shouted.ids_hash, shouted.texts)[0] == pytest.approx(0.2)
+
+
+def test_a_tool_list_that_is_not_one_string_is_refused(tmp_path):
+    from toolgym.retrieval.models import hybrid_weight_for
+
+    (tmp_path / HYBRID_SETTINGS_FILE).write_text(json.dumps({
+        "bm25_weight": 0.2, "trained_corpora": {"a": "abc"}, "zero_shot_bm25_weight": 0.6,
+        "trained_tool_hashes": ["0123456789ab"]}))
+    with pytest.raises(ValueError, match="one string of tool hashes"):
+        hybrid_weight_for(str(tmp_path), "not-abc", lambda: ["a tool"])
