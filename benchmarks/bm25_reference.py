@@ -13,13 +13,10 @@ Run: ``nice -n 19 python benchmarks/bm25_reference.py`` (under a minute; no mode
 from __future__ import annotations
 
 import json
-import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS, markdown_table, write_report  # noqa: E402
+from benchmarks._report import RESULTS, markdown_table, write_report  # noqa: E402
 
 from toolgym.data import load_dataset  # noqa: E402
 from toolgym.data.records import Task  # noqa: E402

@@ -23,12 +23,12 @@ RUN_DIR``), and the figures; it writes them into docs/learning.md between the
 cores poorly (one decode step of 32 rows at 300 tokens of context: 204 ms with 2 threads, 260 ms
 in each of two 1-thread processes at once, so two processes decode ~1.6x as many tokens).
 
-    python benchmarks/credit_schemes.py --warm-start runs/sft_toolsearch/model --toolsearch-env toolsearch_multi \
+    python -m benchmarks.credit_schemes --warm-start runs/sft_toolsearch/model --toolsearch-env toolsearch_multi \
         --steps 3 --eval-every 3 --seeds 0 1 2 --eval-tasks 40 --tasks-per-step 4 --group-size 8 \
         --toolsearch-schemes toolsearcher grpo_f1 --decompose-schemes --out runs/credit_multi --set grpo.lr=1e-3
-    python benchmarks/credit_schemes.py --replay-from runs/credit_multi/toolsearch_multi/toolsearcher_seed0 \
+    python -m benchmarks.credit_schemes --replay-from runs/credit_multi/toolsearch_multi/toolsearcher_seed0 \
         --toolsearch-env toolsearch_multi      # commit its replay_rollouts.jsonl, then report
-    python benchmarks/credit_schemes.py --report   # tables and figures from the committed files alone
+    python -m benchmarks.credit_schemes --report   # tables and figures from the committed files alone
 """
 from __future__ import annotations
 
@@ -45,16 +45,9 @@ from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS, host_info, markdown_table, weights_fingerprint  # noqa: E402
-from learning import DECOMPOSITION_ENVS, ENVS, evaluate, grpo_config  # noqa: E402
+from benchmarks._report import RESULTS, host_info, markdown_table, weights_fingerprint  # noqa: E402
+from benchmarks.learning import DECOMPOSITION_ENVS, ENVS, evaluate, grpo_config  # noqa: E402
 
-# Seal-Tools tool search on its multi-tool tasks only (>= 2 gold tools, each findable by its own
-# search): first-discovery credit has several tools to discover, and TCA's full-retrieval gate
-# opens only for a rollout that found them all (with the one-search warm start: 1 rollout in 96,
-# docs/learning.md). Same prompts and turn limit as ToolSearch-v0, so the ToolSearch warm start
-# applies unchanged.
-ENVS.setdefault("toolsearch_multi", {**ENVS["toolsearch"], "kwargs": {"max_turns": 4, "min_gold": 2}})
 TOOLSEARCH_ENVS = ("toolsearch", "toolsearch_multi")
 RUN_FILES = RESULTS / "credit_schemes"  # one committed file per finished (env, scheme, seed) run
 RUN_FORMAT = 2
@@ -789,7 +782,7 @@ def write_doc_section(body: str, doc: Path = LEARNING_DOC, section: str = SECTIO
     """Replace the ``section`` block of docs/learning.md (appended when absent)."""
     import re
 
-    block = (f"<!-- {section}:start -->\n_Written by `python benchmarks/credit_schemes.py {command}` from the run files "
+    block = (f"<!-- {section}:start -->\n_Written by `python -m benchmarks.credit_schemes {command}` from the run files "
              f"alone._\n\n{body.strip()}\n<!-- {section}:end -->")
     text = doc.read_text()
     pattern = re.compile(rf"<!-- {re.escape(section)}:start -->.*?<!-- {re.escape(section)}:end -->", re.S)
@@ -874,8 +867,8 @@ def run_shards(jobs: int, argv: list[str], out: Path) -> None:
     procs = []
     for k in range(jobs):
         log = open(out / f"shard{k}.log", "w")
-        procs.append((subprocess.Popen([sys.executable, __file__, *argv, "--jobs", "1", "--shard", f"{k}/{jobs}",
-                                        "--no-progress"], stdout=log, stderr=subprocess.STDOUT,
+        procs.append((subprocess.Popen([sys.executable, "-m", "benchmarks.credit_schemes", *argv, "--jobs", "1",
+                                        "--shard", f"{k}/{jobs}", "--no-progress"], stdout=log, stderr=subprocess.STDOUT,
                                        env={**os.environ, "OMP_NUM_THREADS": str(threads)}), log))
     failed = []
     for k, (proc, log) in enumerate(procs):

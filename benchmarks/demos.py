@@ -5,19 +5,16 @@ the best scripted demonstrator's episode is kept when its reward reaches ``--min
 task's row (best reward, agent, kept or why not) goes to ``benchmarks/results/demos.json``; the
 table's numbers are computed from those rows. Nothing is written under ``runs/``.
 
-Run: ``nice -n 19 python benchmarks/demos.py`` (about a minute on 2 cores; BM25 only, no model).
+Run: ``nice -n 19 python -m benchmarks.demos`` (about a minute on 2 cores; BM25 only, no model).
 """
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write_report  # noqa: E402
+from benchmarks._report import markdown_table, write_report  # noqa: E402
 
 from toolgym.trainers.demos import collect_demos  # noqa: E402
 

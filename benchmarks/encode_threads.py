@@ -8,22 +8,19 @@ what else runs, so record the load (``os.getloadavg``) next to them.
 Writes ``benchmarks/results/encode_threads.json`` (every setting's seconds and the load average
 before and after) and a docs/benchmarks.md section.
 
-Run: ``python benchmarks/encode_threads.py [--threads 1,2] [--batch 8,64] [--repeat 1]``.
+Run: ``python -m benchmarks.encode_threads [--threads 1,2] [--batch 8,64] [--repeat 1]``.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 from toolgym.data import load_dataset
 from toolgym.retrieval import build_index
 from toolgym.retrieval.index import available_cpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write_report  # noqa: E402
+from benchmarks._report import markdown_table, write_report  # noqa: E402
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ both paths. Rates are env-steps per second (a step is a search, a submit or an a
 the two paths' outputs are checked to be identical. Target: batched >= 4x sequential with the
 dense retriever.
 
-Run: ``python benchmarks/envs.py [--num-envs 64] [--steps 6] [--repeats 3]``
+Run: ``python -m benchmarks.envs [--num-envs 64] [--steps 6] [--repeats 3]``
 """
 from __future__ import annotations
 
@@ -22,16 +22,13 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gymnasium  # noqa: E402
 
 import toolgym.envs  # noqa: E402,F401
 from toolgym.agents import RawQueryAgent  # noqa: E402
 
-from _report import markdown_table, write_report  # noqa: E402
+from benchmarks._report import markdown_table, write_report  # noqa: E402
 
 ENV_ID = "toolgym/ToolSearch-SealTools-v0"
 

@@ -16,7 +16,7 @@ each timed as the median of ``--steps`` after two warm-up steps, float32 and bf1
 must agree to bf16 rounding). Writes ``benchmarks/results/fit_precision.json`` and a section of
 docs/benchmarks.md.
 
-Run: ``python benchmarks/fit_precision.py [--steps 6]``.
+Run: ``python -m benchmarks.fit_precision [--steps 6]``.
 """
 from __future__ import annotations
 
@@ -25,9 +25,7 @@ import copy
 import os
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -38,8 +36,7 @@ from toolgym.fitting.reranker import load_reranker
 from toolgym.retrieval import build_index
 from toolgym.retrieval.models import resolve_embedding_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write_report  # noqa: E402
+from benchmarks._report import markdown_table, write_report  # noqa: E402
 
 
 def _median_seconds(fn, steps: int) -> float:

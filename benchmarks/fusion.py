@@ -19,21 +19,18 @@ shared by the indexes, which is the only thing patched):
 - ``hybrid rrf``: the same RRF over the new-text BM25 = the default hybrid up to this fix;
 - ``hybrid``: the default now, ``hybrid_fusion="zscore"``.
 
-Run: ``nice -n 19 python benchmarks/fusion.py [--cap 300]``. Per-query rows (task id, C@10,
+Run: ``nice -n 19 python -m benchmarks.fusion [--cap 300]``. Per-query rows (task id, C@10,
 N@5, N@1 per system) are kept in the JSON, and every mean in the tables is recomputed from them.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write_report  # noqa: E402
+from benchmarks._report import markdown_table, write_report  # noqa: E402
 
 from toolgym.data import load_dataset  # noqa: E402
 from toolgym.data.records import Task  # noqa: E402

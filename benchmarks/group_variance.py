@@ -11,7 +11,7 @@ variance for ESM, TCA, selection F1 and the valid-action term, how many distinct
 sequences a group sends, searches per episode and the invalid-action rate. No update is made:
 the numbers are the warm start's, before any learning.
 
-    python benchmarks/group_variance.py --warm-start runs/sft_toolsearch_multi/model --temperatures 1.0 1.3 --seeds 0 1 2 3 4
+    python -m benchmarks.group_variance --warm-start runs/sft_toolsearch_multi/model --temperatures 1.0 1.3 --seeds 0 1 2 3 4
 
 Writes ``benchmarks/results/group_variance.json`` and its docs/benchmarks.md section. Not run in CI.
 """
@@ -21,13 +21,11 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import ROOT, host_info, markdown_table, weights_fingerprint, write_report  # noqa: E402
+from benchmarks._report import ROOT, host_info, markdown_table, weights_fingerprint, write_report  # noqa: E402
 
 ENV_ID = "toolgym/ToolSearch-v0"
 ENV_KWARGS = {"max_turns": 4, "min_gold": 2}  # credit_schemes.py's toolsearch_multi
@@ -124,7 +122,7 @@ def report_body(payload: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     import json
 
-    from _report import RESULTS
+    from benchmarks._report import RESULTS
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--warm-start", help="warm-start model folder (`toolgym sft` RUN_DIR/model)")

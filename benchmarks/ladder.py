@@ -5,25 +5,23 @@ same table for one dataset). Trained rungs use ``--retriever-run`` / ``--reranke
 ``toolgym fit-*`` run folder) and ``--decomposer``; a run that is not there is a ``not trained``
 row. Nothing is trained here: the fit commands are the lead's to run when the CPU allows.
 
-Run: ``nice -n 15 python benchmarks/ladder.py [--datasets seal_tools,api_bank] [--limit 300]``.
+Run: ``nice -n 15 python -m benchmarks.ladder [--datasets seal_tools,api_bank] [--limit 300]``.
 
 ``--heldout-of CONFIG`` (a ``toolgym fit-retriever`` mixture config) evaluates instead on each of
 its sources' held-out parts, the queries a model trained on that mixture never saw (the ladder's
 own splits would hold the mixture's training queries):
 
-    python benchmarks/ladder.py --heldout-of configs/fit_retriever_mixture.yaml \
+    python -m benchmarks.ladder --heldout-of configs/fit_retriever_mixture.yaml \
         --retriever-run runs/retriever_mixture/all --reranker-run runs/fit_reranker_mixture --name ladder_mixture
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS, ROOT, write_report  # noqa: E402
+from benchmarks._report import RESULTS, ROOT, write_report  # noqa: E402
 
 from toolgym.evaluation.ladder import (  # noqa: E402
     DEFAULT_LIMIT,

@@ -11,8 +11,8 @@ comparison is reported as the paired gain ± its paired standard error
 For the decomposer it also reports held-out retrieval C@10 / N@5 of its subtasks against the
 clause splitter and the raw request (same BM25 index, same tasks). Not run in CI.
 
-    python benchmarks/learning.py --warm-start runs/sft_warmstart/model --budget-min 12 --eval-tasks 30
-    python benchmarks/learning.py --warm-start W --runs decompose_counterfactual --budget-min 4
+    python -m benchmarks.learning --warm-start runs/sft_warmstart/model --budget-min 12 --eval-tasks 30
+    python -m benchmarks.learning --warm-start W --runs decompose_counterfactual --budget-min 4
 """
 from __future__ import annotations
 
@@ -26,8 +26,7 @@ from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS, markdown_table, write_report  # noqa: E402
+from benchmarks._report import RESULTS, markdown_table, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # The env settings are those the demonstrations were recorded with (configs/sft_warmstart.yaml).
@@ -41,6 +40,12 @@ ENVS = {
     "dialogue": {"id": "toolgym/Decompose-Dialogue-v0", "kwargs": {"k": 10}, "max_new_tokens": 128, "stop_strings": [],
                  "eval_split": "test"},
 }
+# Seal-Tools tool search on its multi-tool tasks only (>= 2 gold tools, each findable by its own
+# search; benchmarks/credit_schemes.py --toolsearch-env toolsearch_multi): first-discovery credit has
+# several tools to discover, and TCA's full-retrieval gate opens only for a rollout that found them all
+# (with the one-search warm start: 1 rollout in 96, docs/learning.md). Same prompts and turn limit as
+# ToolSearch-v0, so the ToolSearch warm start applies unchanged.
+ENVS["toolsearch_multi"] = {**ENVS["toolsearch"], "kwargs": {"max_turns": 4, "min_gold": 2}}
 DECOMPOSITION_ENVS = ("decompose", "dialogue")
 RUNS = {
     "toolsearch_toolsearcher": ("toolsearch", {"name": "toolsearcher", "options": {}}),

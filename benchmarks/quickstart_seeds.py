@@ -33,33 +33,68 @@ CONFIG = ROOT / "configs" / "quickstart.yaml"
 SFT_CONFIG = ROOT / "configs" / "sft_quickstart.yaml"
 
 
-def build_warm_start(out: Path) -> Path:
-    """The quickstart's warm start under ``out`` (demos, then `toolgym sft`), as `make quickstart` makes it;
-    reused when its model folder exists."""
+TIME = "/usr/bin/time"  # GNU time: `-v` reports the wall time and the maximum resident set size
+
+
+def timed(cmd: list[str], log: Path) -> dict[str, Any]:
+    """Run ``cmd`` (its output to ``log``); its wall seconds and, under GNU ``time -v`` where this machine has it,
+    its peak resident set size in GB (``Maximum resident set size``: the largest process of the command)."""
+    import re
+    import time
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    use_time = Path(TIME).exists()
+    started = time.time()
+    with open(log, "w", encoding="utf-8") as f:
+        subprocess.run([TIME, "-v", *cmd] if use_time else cmd, check=True, stdout=f, stderr=subprocess.STDOUT)
+    out = {"wall_s": time.time() - started, "peak_rss_gb": None, "log": str(log)}
+    if use_time:
+        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", log.read_text(encoding="utf-8", errors="replace"))
+        out["peak_rss_gb"] = int(m.group(1)) * 1024 / 1e9 if m else None
+    return out
+
+
+def _stages(out: Path) -> dict[str, Any]:
+    path = out / "stages.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _record_stage(out: Path, name: str, stage: dict[str, Any]) -> None:
+    stages = _stages(out)
+    stages[name] = stage
+    (out / "stages.json").write_text(json.dumps(stages, indent=2) + "\n")
+
+
+TOOLGYM = [sys.executable, "-m", "toolgym.cli.main"]
+
+
+def build_warm_start(out: Path, sft_overrides: list[str] = ()) -> Path:
+    """The quickstart's warm start under ``out`` (demos, then `toolgym sft`), as `make quickstart` makes it,
+    each stage timed (wall, peak RSS); reused when its model folder exists."""
     model = out / "sft" / "model"
     if (model / "config.json").exists():
         return model
-    toolgym = [sys.executable, "-m", "toolgym.cli.main"]
     demos = out / "demos.jsonl"
-    subprocess.run([*toolgym, "demos", "toolgym/Decompose-v0", "--agent", "clauses", "--min-reward", "0.01",
-                    "--out", str(demos), "--no-progress"], check=True)
-    subprocess.run([*toolgym, "sft", str(SFT_CONFIG), f"run_dir={out / 'sft'}", f"data.demos=[{demos}]"], check=True)
+    _record_stage(out, "demos", timed([*TOOLGYM, "demos", "toolgym/Decompose-v0", "--agent", "clauses", "--min-reward",
+                                       "0.01", "--out", str(demos), "--no-progress"], out / "demos.log"))
+    _record_stage(out, "sft", timed([*TOOLGYM, "sft", str(SFT_CONFIG), f"run_dir={out / 'sft'}", f"data.demos=[{demos}]",
+                                     *sft_overrides], out / "sft.log"))
     return model
 
 
-def run_seed(warm: Path, seed: int, out: Path, progress: bool) -> dict[str, Any]:
-    """The GRPO stage with ``seed``; its eval.json (before and after, per-task rows)."""
-    from toolgym.trainers.config import load_train_config
-    from toolgym.trainers.train import train
-
+def run_seed(warm: Path, seed: int, out: Path, overrides: list[str] = ()) -> dict[str, Any]:
+    """The GRPO stage with ``seed`` (`toolgym train`, as `make quickstart` runs it, timed); its eval.json
+    (before and after, per-task rows)."""
     run_dir = out / f"grpo_seed{seed}"
     evals_path = run_dir / "eval.json"
     if evals_path.exists():
         evals = json.loads(evals_path.read_text())
         if "before" in evals and "after" in evals:
             return evals
-    cfg = load_train_config(CONFIG, [f"model.init_from={warm.parent}", f"seed={seed}", f"run_dir={run_dir}"])
-    train(cfg, resume=(run_dir / "checkpoints").is_dir(), progress=progress)
+    resume = ["--resume"] if (run_dir / "checkpoints").is_dir() else []
+    _record_stage(out, f"train_seed{seed}", timed(
+        [*TOOLGYM, "train", str(CONFIG), f"model.init_from={warm.parent}", f"seed={seed}", f"run_dir={run_dir}",
+         *overrides, "--no-progress", *resume], out / f"train_seed{seed}.log"))
     return json.loads(evals_path.read_text())
 
 

@@ -12,10 +12,10 @@ A finished run is not trained again: when ``benchmarks/results/reranker_mixture.
 run of the same config (and model fingerprint of the first stage), ``--report`` rebuilds the table
 from it alone. Not run in CI (about 35 min on 2 cores).
 
-    python benchmarks/reranker_mixture.py            # train (budget from the config), write the table
-    python benchmarks/reranker_mixture.py --report   # the table from the result file
-    python benchmarks/reranker_mixture.py --from-run # the result file from a finished run folder (no training)
-    python benchmarks/reranker_mixture.py --config configs/fit_reranker_mixture_warm.yaml \
+    python -m benchmarks.reranker_mixture            # train (budget from the config), write the table
+    python -m benchmarks.reranker_mixture --report   # the table from the result file
+    python -m benchmarks.reranker_mixture --from-run # the result file from a finished run folder (no training)
+    python -m benchmarks.reranker_mixture --config configs/fit_reranker_mixture_warm.yaml \
         --out runs/fit_reranker_mixture_warm --name reranker_mixture_warm   # another recipe, its own file and section
 """
 from __future__ import annotations
@@ -25,13 +25,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS, ROOT, markdown_table, weights_fingerprint, write_report  # noqa: E402
+from benchmarks._report import RESULTS, ROOT, markdown_table, weights_fingerprint, write_report  # noqa: E402
 
 NAME = "reranker_mixture"
 METRICS = ("N@5", "C@10")

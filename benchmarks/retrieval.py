@@ -13,22 +13,20 @@ for bm25 / dense / hybrid, plus dual-boundary dynamic top-K over the top 20.
 Every quality number is the mean of per-query rows kept in ``benchmarks/results/retrieval_queries.json``
 (one row per query: task id and each metric), so the table can be recomputed from them.
 
-Run: ``python benchmarks/retrieval.py [--quick | --quality-only]`` (``--quick`` skips the quality
+Run: ``python -m benchmarks.retrieval [--quick | --quality-only]`` (``--quick`` skips the quality
 section; ``--quality-only`` re-measures quality and keeps the speed numbers of the last run).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS, markdown_table, write_report  # noqa: E402
+from benchmarks._report import RESULTS, markdown_table, write_report  # noqa: E402
 
 from toolgym.data import load_dataset  # noqa: E402
 from toolgym.retrieval import build_index, dual_boundary_dynamic_top_k  # noqa: E402

@@ -18,10 +18,10 @@ another zero-shot weight than its config now gives, is re-tuned (deterministic: 
 queries give the same weight, checked) so that it records them, and every source whose hybrid
 weight now differs from the one in the file is evaluated again.
 
-    python benchmarks/retriever_mixture.py --budget-minutes 40 --commit           # every run, hours
-    python benchmarks/retriever_mixture.py --runs all minus_api_bank --budget-minutes 2 --limit 50   # a smoke run
-    python benchmarks/retriever_mixture.py --report
-    python benchmarks/retriever_mixture.py --reevaluate --results benchmarks/results/retriever_mixture_tuned --commit
+    python -m benchmarks.retriever_mixture --budget-minutes 40 --commit           # every run, hours
+    python -m benchmarks.retriever_mixture --runs all minus_api_bank --budget-minutes 2 --limit 50   # a smoke run
+    python -m benchmarks.retriever_mixture --report
+    python -m benchmarks.retriever_mixture --reevaluate --results benchmarks/results/retriever_mixture_tuned --commit
 """
 from __future__ import annotations
 
@@ -35,8 +35,7 @@ from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS, ROOT, markdown_table, weights_fingerprint, write_report  # noqa: E402
+from benchmarks._report import RESULTS, ROOT, markdown_table, weights_fingerprint, write_report  # noqa: E402
 
 OUT = RESULTS / "retriever_mixture"
 KS = (5, 10)

@@ -11,7 +11,7 @@ tests/test_rewards_properties.py on random groups):
   end and for the numpy core alone.
 
 Also timed: the full ``toolsearcher`` scheme (adds components and monitors). Target: the
-vectorised path end to end < 50 ms. Run: ``python benchmarks/rewards.py``.
+vectorised path end to end < 50 ms. Run: ``python -m benchmarks.rewards``.
 """
 from __future__ import annotations
 
@@ -19,15 +19,13 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write_report  # noqa: E402
+from benchmarks._report import markdown_table, write_report  # noqa: E402
 
 from toolgym.data.records import SearchEvent, Task, Trajectory  # noqa: E402
-from vectorised_credit import encode_search_groups, esm_tca_batch  # noqa: E402
+from benchmarks.vectorised_credit import encode_search_groups, esm_tca_batch  # noqa: E402
 
 from toolgym.rewards import esm_turn_advantages, get_reward, tca_selection_advantages  # noqa: E402
 from toolgym.rewards.search import place_on_submit_turn  # noqa: E402

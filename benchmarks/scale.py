@@ -9,22 +9,19 @@ Measured in one run (ratios compare paths measured back to back):
   * the per-step overhead Ray adds: Ray 1-worker step minus the local 1-thread step (same
     episodes, same thread count), and ``sync_weights`` time and bytes (LoRA adapter vs all weights).
 
-    python benchmarks/scale.py                  # SmolLM2-135M, 2 tasks x 4 rollouts, 2 turns
-    python benchmarks/scale.py --model tiny-llama --clients 1 2 4
+    python -m benchmarks.scale                  # SmolLM2-135M, 2 tasks x 4 rollouts, 2 turns
+    python -m benchmarks.scale --model tiny-llama --clients 1 2 4
 """
 from __future__ import annotations
 
 import argparse
 import functools
 import os
-import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write_report  # noqa: E402
+from benchmarks._report import markdown_table, write_report  # noqa: E402
 
 ENV_ID = "toolgym/ToolSearch-v0"
 

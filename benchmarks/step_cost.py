@@ -6,8 +6,8 @@ Measured in one run, same process, same prompts:
     check) vs ``model.generate`` called directly on the same prompt ids with the same
     sampling settings; the ratio is the overhead of the rollout machinery.
 
-    python benchmarks/step_cost.py                 # configs/quickstart.yaml, 3 steps
-    python benchmarks/step_cost.py --steps 5 grpo.micro_batch_size=8
+    python -m benchmarks.step_cost                 # configs/quickstart.yaml, 3 steps
+    python -m benchmarks.step_cost --steps 5 grpo.micro_batch_size=8
 """
 from __future__ import annotations
 
@@ -22,8 +22,7 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write_report  # noqa: E402
+from benchmarks._report import markdown_table, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,8 +17,8 @@ bf16 decoder, everything in one run so the ratios hold on a shared machine.
 * The targets of the throughput issue, each measured ratio against its wanted value.
 * Greedy evaluation episodes/s on held-out ToolSearch-v0 tasks, both paths.
 
-    python benchmarks/throughput.py                 # ~15 min on 2 cores
-    python benchmarks/throughput.py --quick         # smaller batches, for a smoke run
+    python -m benchmarks.throughput                 # ~15 min on 2 cores
+    python -m benchmarks.throughput --quick         # smaller batches, for a smoke run
 """
 from __future__ import annotations
 
@@ -26,15 +26,13 @@ import argparse
 import contextlib
 import os
 import resource
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write_report  # noqa: E402
+from benchmarks._report import markdown_table, write_report  # noqa: E402
 
 SHAPES = {"qkv": (576, 960), "o": (576, 576), "gate_up": (576, 3072), "down": (1536, 576), "lm_head": (576, 49152)}
 
@@ -270,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile_only:
         import json
 
-        from _report import RESULTS
+        from benchmarks._report import RESULTS
 
         payload = json.loads((RESULTS / "throughput.json").read_text())
         payload.pop("machine")

@@ -10,20 +10,17 @@ Tuning set: Seal-Tools ``train`` (the 600 dev tasks the ladder never evaluates o
 StableToolBench, MetaTool, API-Bank, UltraTool (when the shared data is there), each on a seeded
 sample of at most ``--cap`` queries; the Seal-Tools ``heldout`` split is reported, not tuned on.
 
-Run: ``nice -n 15 python benchmarks/tool_text.py [--cap 300] [--no-dense]``.
+Run: ``nice -n 15 python -m benchmarks.tool_text [--cap 300] [--no-dense]``.
 """
 from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write_report  # noqa: E402
+from benchmarks._report import markdown_table, write_report  # noqa: E402
 
 from toolgym.retrieval import build_index  # noqa: E402
 from toolgym.retrieval.fusion import fuse_rrf  # noqa: E402

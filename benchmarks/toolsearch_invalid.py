@@ -6,7 +6,7 @@ on the first N held-out tasks, once with the policy as it is and once wrapped in
 OUT/plain.json and OUT/constrained.json (a finished file is not recomputed), and together, with the
 paired gain, to ``benchmarks/results/toolsearch_invalid.json``. Not run in CI.
 
-    python benchmarks/toolsearch_invalid.py --policy runs/sft_warmstart/model --tasks 30 --out runs/toolsearch_invalid
+    python -m benchmarks.toolsearch_invalid --policy runs/sft_warmstart/model --tasks 30 --out runs/toolsearch_invalid
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ machine load hits both alike. Reports seconds per batch, prompt tokens fed to th
 many rollouts came out token-identical (greedy: all should; sampled: the same seed gives the same
 draws unless float rounding flips a near-tie).
 
-    python benchmarks/turn_cache.py --policy runs/sft_warmstart/model --tasks 4 --group 8
+    python -m benchmarks.turn_cache --policy runs/sft_warmstart/model --tasks 4 --group 8
 """
 from __future__ import annotations
 
@@ -16,12 +16,10 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import ROOT, markdown_table, write_report  # noqa: E402
+from benchmarks._report import ROOT, markdown_table, write_report  # noqa: E402
 
 
 class _Uncached:

@@ -9,8 +9,8 @@ wall times are forward + backward + optimiser step (``GRPOTrainer.train_on``). T
 gradients are compared (relative L2 difference, bf16) before anything is timed. Writes
 ``benchmarks/results/update_prefix.json`` and a docs/benchmarks.md section. Not run in CI.
 
-    python benchmarks/update_prefix.py                      # ~3 min on 2 cores
-    python benchmarks/update_prefix.py --continuation 800 --repeats 5
+    python -m benchmarks.update_prefix                      # ~3 min on 2 cores
+    python -m benchmarks.update_prefix --continuation 800 --repeats 5
 """
 from __future__ import annotations
 
@@ -20,12 +20,10 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs collapse with spinning threads
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write_report  # noqa: E402
+from benchmarks._report import markdown_table, write_report  # noqa: E402
 
 
 def group_batch(policy, group_size: int, continuation: int, seed: int = 0):

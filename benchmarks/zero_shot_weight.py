@@ -12,7 +12,7 @@ of (N@5 + C@10) / 2). Writes ``benchmarks/results/zero_shot_weight.json`` (every
 per library) and a section of docs/benchmarks.md. Not run in CI: it needs the trained leave-one-out
 models (about 4 minutes on 2 cores once they exist).
 
-    python benchmarks/zero_shot_weight.py [--queries 300]
+    python -m benchmarks.zero_shot_weight [--queries 300]
 """
 from __future__ import annotations
 
@@ -24,8 +24,7 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import ROOT, markdown_table, weights_fingerprint, write_report  # noqa: E402
+from benchmarks._report import ROOT, markdown_table, weights_fingerprint, write_report  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", default="runs/retriever_mixture", help="folder of the minus_<source> training runs")
     ap.add_argument("--queries", type=int, default=300)
     args = ap.parse_args(argv)
-    from retriever_mixture import load_mixture
+    from benchmarks.retriever_mixture import load_mixture
 
     from toolgym.fitting.retriever import tune_hybrid_bm25_weight
     from toolgym.retrieval import build_index

@@ -2,17 +2,15 @@
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import benchmarks.credit_schemes as cs
+from toolgym.data.records import SearchEvent, Task, Trajectory
 
-import credit_schemes as cs  # noqa: E402
-from toolgym.data.records import SearchEvent, Task, Trajectory  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FP = "sha256:" + "a" * 64
 
@@ -244,7 +242,7 @@ def test_no_best_scheme_is_named_when_no_gain_is_positive(tmp_path):
 
 
 def test_a_variant_run_trains_its_base_scheme_with_the_curriculum_on_the_training_env_only():
-    from learning import grpo_config
+    from benchmarks.learning import grpo_config
 
     assert cs.split_run_name("toolsearcher+curriculum") == ("toolsearcher", "curriculum")
     assert cs.split_run_name("grpo_f1") == ("grpo_f1", None)
@@ -309,7 +307,7 @@ def test_another_results_folder_writes_its_own_doc_block(tmp_path):
     cs.write_doc_section("newer body", doc, section="credit_schemes_runs_b", command="--report --results-dir b")
     text = doc.read_text()
     assert "kept" in text and "new body" not in text and text.count("newer body") == 1
-    assert "`python benchmarks/credit_schemes.py --report --results-dir b`" in text
+    assert "`python -m benchmarks.credit_schemes --report --results-dir b`" in text
 
 
 def test_seed_level_difference_on_hand_numbers():
@@ -371,9 +369,9 @@ def test_run_plan_is_seed_major_with_per_scheme_seed_counts():
 
 
 def test_mean_variant_sets_the_esm_aggregate_and_nothing_else():
-    import learning
+    from benchmarks import learning
 
-    cfg = learning.grpo_config("toolsearch_multi" if "toolsearch_multi" in learning.ENVS else "toolsearch",
+    cfg = learning.grpo_config("toolsearch_multi",
                                {"name": "toolsearcher", "options": {}}, "W", Path("r"), None)
     before = cfg.env.train_kwargs
     cs.apply_variant(cfg, cs.split_run_name("toolsearcher+mean")[1])

@@ -19,9 +19,9 @@ Each benchmark writes its section of docs/benchmarks.md between ``<!-- name:star
 """
 from __future__ import annotations
 
+import importlib
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,12 +31,11 @@ from conftest import load_script
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOC = ROOT / "docs" / "benchmarks.md"
-sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmark scripts import _report
 
 
 def bench(name: str):
-    """A benchmark script as a module, by path (``retrieval`` / ``ladder`` are package names too)."""
-    return load_script(f"benchmarks/{name}.py")
+    """A benchmark script as a module: ``benchmarks.<name>`` (benchmarks/ is a package; run from the root)."""
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 SECTION = re.compile(
@@ -105,7 +104,7 @@ def test_learning_section_renders_from_its_results_and_rows():
 
 def test_demos_section_renders_from_its_per_task_rows():
     demos = bench("demos")
-    from _report import markdown_table
+    from benchmarks._report import markdown_table
 
     data = payload("demos")
     body = sections()["demos"]["body"]

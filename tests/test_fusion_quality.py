@@ -5,7 +5,6 @@ sample of at most 300 queries), hybrid C@10 >= max(BM25 C@10, dense C@10) - 1 po
 equal-weight RRF failed this on Seal-Tools (-23), MetaTool and API-Bank. Slow: it encodes
 every bundled corpus with MiniLM (the embeddings are cached on disk after the first run).
 """
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,14 +12,14 @@ import pytest
 
 from toolgym.retrieval import build_index
 from toolgym.retrieval.metrics import completeness_at_k
-from conftest import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmark script imports _report
 
 
 def fusion_benchmark():
-    return load_script("benchmarks/fusion.py")
+    import benchmarks.fusion
+
+    return benchmarks.fusion
 
 
 def c_at_10(index, tasks) -> float:

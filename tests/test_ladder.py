@@ -147,16 +147,11 @@ def test_trained_decomposer_rung_runs_the_policy_on_the_ladder_tasks():
 def test_mixture_heldout_ladder_is_each_sources_heldout_part_never_trained_on(tmp_path):
     """benchmarks/ladder.py --heldout-of: one dataset per mixture source, its held-out part (a seeded
     sample when capped), disjoint from every source's training queries."""
-    import importlib.util
-    from pathlib import Path
-
+    import benchmarks.ladder as bench
     from toolgym.fitting.common import load_sources
     from toolgym.fitting.retriever import FitRetrieverConfig
     from toolgym.trainers.config import load_config
 
-    spec = importlib.util.spec_from_file_location("ladder_bench", Path(__file__).resolve().parents[1] / "benchmarks" / "ladder.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     cfg = tmp_path / "mix.yaml"
     cfg.write_text("sources:\n  - {dataset: seal_tools, train_split: train, eval_split: heldout}\n"
                    "  - {dataset: api_bank, heldout_fraction: 0.2}\n")

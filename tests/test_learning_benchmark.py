@@ -1,15 +1,12 @@
 """benchmarks/learning.py builds valid structured train configs for every run it knows."""
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks import learning
+from toolgym.trainers.train import as_config
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import learning  # noqa: E402
-
-from toolgym.trainers.train import as_config  # noqa: E402
 
 
 def test_every_learning_run_config_validates(tmp_path):

@@ -2,9 +2,7 @@
 difference from the input list with the standard error of the differences."""
 import math
 
-from conftest import load_script
-
-rm = load_script("benchmarks/reranker_mixture.py")
+import benchmarks.reranker_mixture as rm
 
 
 def _rows(n5, c10):

@@ -2,15 +2,13 @@
 and a finished run is never trained again."""
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import benchmarks.retriever_mixture as rm
 
-import retriever_mixture as rm  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _rows(*c10):
@@ -81,7 +79,7 @@ def test_reevaluate_redoes_only_the_sources_whose_hybrid_weight_changed(tmp_path
     measured again at the zero-shot weight; the in-domain source's rows are left as they were."""
     from types import SimpleNamespace
 
-    from _report import weights_fingerprint
+    from benchmarks._report import weights_fingerprint
     from toolgym.data.records import Task
     from toolgym.retrieval.corpus import Tool, ToolCorpus
     from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, minilm_path

@@ -21,13 +21,8 @@ TOOLS = [f"t{j}" for j in range(8)]
 
 def vectorised_credit():
     """benchmarks/vectorised_credit.py: the numpy comparison path (not part of the package)."""
-    import importlib.util
-    from pathlib import Path
+    from benchmarks import vectorised_credit as module
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "vectorised_credit.py"
-    spec = importlib.util.spec_from_file_location("vectorised_credit", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     return module
 SETTINGS = settings(max_examples=60, deadline=None)
 
