@@ -37,10 +37,10 @@ test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: install
-	$(PY) benchmarks/retrieval.py
-	$(PY) benchmarks/envs.py
-	$(PY) benchmarks/rewards.py
-	$(PY) benchmarks/scale.py
+	$(PY) -m benchmarks.retrieval
+	$(PY) -m benchmarks.envs
+	$(PY) -m benchmarks.rewards
+	$(PY) -m benchmarks.scale
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

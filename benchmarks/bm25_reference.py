@@ -8,7 +8,7 @@ turns + the utterance, and ``Task.context_text()`` (every earlier turn + the utt
 query's row goes to ``benchmarks/results/bm25_reference_queries.json`` (columns: ``task_id`` and each
 metric in %, 4 decimals; one line per table row); the table is their means.
 
-Run: ``nice -n 19 python benchmarks/bm25_reference.py`` (under a minute; no model).
+Run: ``nice -n 19 python -m benchmarks.bm25_reference`` (under a minute; no model).
 """
 from __future__ import annotations
 
