@@ -243,3 +243,30 @@ def test_no_doc_gives_the_old_command():
     bad = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in files if p.exists() and p.name != Path(__file__).name
            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if COMMAND.search(line)]
     assert not bad, "\n".join(bad)
+
+
+def test_every_kept_result_is_named_somewhere():
+    """Each committed file under benchmarks/results is named (its path, or a folder holding it) by README,
+    docs/*.md, a test, a benchmark script or another kept results file (a payload's ``per_query_file``):
+    the repository keeps the results the docs quote and the rows behind them, nothing unreferenced
+    (docs/benchmarks.md, "Running them, and what is kept")."""
+    import subprocess
+
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "benchmarks/results"], capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    kept = [line for line in listed.stdout.splitlines() if line]
+    texts = [p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+                                                     *sorted((ROOT / "tests").glob("*.py")), *sorted(BENCHMARKS.glob("*.py"))]]
+    texts += [p.read_text(encoding="utf-8") for p in sorted((BENCHMARKS / "results").glob("*.json"))
+              if p.stat().st_size < 200_000]
+    corpus = "\n".join(texts)
+    unnamed = []
+    for path in kept:
+        inside = path.removeprefix("benchmarks/results/")
+        parts = inside.split("/")
+        names = {f"results/{inside}"} | {f"results/{'/'.join(parts[:i])}/" for i in range(1, len(parts))}
+        names |= {f"results/{parts[0]}`", f"results/{parts[0]}\n", f"results/{parts[0]} "} if len(parts) > 1 else set()
+        if not any(n in corpus for n in names):
+            unnamed.append(path)
+    assert not unnamed, "kept but named nowhere:\n" + "\n".join(unnamed)
