@@ -23,6 +23,7 @@ FORBIDDEN = {
     "cli": {"integrations"},
     "integrations": {"cli"},
 }
+NOT_SHIPPED = {"benchmarks"}  # a package (python -m benchmarks.NAME), outside the toolgym wheel
 NEVER_OUTSIDE_TRAINERS = {"verl", "ray"}
 NEVER_OUTSIDE_INTEGRATIONS = {"trl", "verifiers"}  # optional extras: only toolgym.integrations imports them
 
@@ -57,7 +58,8 @@ def test_imports_point_one_way(package):
 
 def test_every_package_folder_is_mapped_in_pyproject():
     """pyproject.toml lists every folder with an ``__init__.py`` as ``toolgym.<folder path>``, and
-    ``toolgym/`` (the root API) as ``toolgym``; nothing else."""
+    ``toolgym/`` (the root API) as ``toolgym``; nothing else (``benchmarks/`` is a package of scripts
+    that the wheel does not ship)."""
     import tomllib
 
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
@@ -69,6 +71,10 @@ def test_every_package_folder_is_mapped_in_pyproject():
             expected["toolgym." + folder.replace("/", ".")] = folder
     assert setuptools["package-dir"] == expected
     assert sorted(setuptools["packages"]) == sorted(expected)
+    # every top-level folder with an __init__.py is a mapped subpackage, but for benchmarks/: a
+    # package of scripts (python -m benchmarks.NAME) that the wheel does not ship
+    folders = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert folders - {"toolgym"} == set(FORBIDDEN) | NOT_SHIPPED, sorted(folders)
     assert sorted(p.name for p in (ROOT / "toolgym").iterdir() if p.suffix == ".py") == ["__init__.py"]
 
 
