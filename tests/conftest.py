@@ -93,3 +93,51 @@ def one_error_line(err: str, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment.lower() in lines[0].lower(), lines[0]
     return lines[0]
+
+
+# A finished two-step tiny-llama GRPO run (checkpoints step_000001 and step_000002), trained once per
+# session and copied into each test that damages one (tests/test_hostile_runs.py, test_hostile_checkpoints.py).
+TINY_RUN_CONFIG = {"model": {"name": "tiny-llama"},
+                   "env": {"id": "toolgym/ToolSearch-v0", "kwargs": {"max_turns": 2}},
+                   "sampling": {"max_new_tokens": 6}, "grpo": {"lr": 1.0e-3, "lora": {"r": 2, "alpha": 4}},
+                   "reward": {"name": "toolsearcher"},
+                   "train": {"steps": 2, "tasks_per_step": 1, "group_size": 2, "checkpoint_every": 1,
+                             "keep_checkpoints": 2, "skip_zero_advantage": False},
+                   "eval": {"before": False, "after": False, "num_tasks": 2, "batch_size": 2}}
+
+
+def tiny_run_config(folder, run_dir, **train) -> str:
+    """``folder/c.yaml``: :data:`TINY_RUN_CONFIG` writing to ``run_dir``, ``train`` keys overridden."""
+    import copy
+
+    import yaml
+
+    cfg = copy.deepcopy(TINY_RUN_CONFIG)
+    cfg["train"].update(train)
+    path = Path(folder) / "c.yaml"
+    path.write_text(yaml.safe_dump({**cfg, "run_dir": str(run_dir)}))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def trained_tiny_run(tmp_path_factory):
+    """The run folder of a finished :data:`TINY_RUN_CONFIG` run: metrics steps [0, 1], checkpoints
+    step_000001 and step_000002. Copy it (:func:`tiny_run`) before changing anything in it."""
+    from toolgym.cli.main import main
+    from toolgym.trainers import checkpoint as ckpt
+
+    folder = tmp_path_factory.mktemp("trained")
+    run = folder / "run"
+    assert main(["train", tiny_run_config(folder, run), "--no-progress"]) == 0
+    assert [p.name for p in ckpt.list_checkpoints(run)] == ["step_000001", "step_000002"]
+    return run
+
+
+@pytest.fixture
+def tiny_run(trained_tiny_run, tmp_path):
+    """``(run_dir, config)``: a copy of the trained tiny run, and a config pointing at the copy."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(trained_tiny_run, copy)
+    return copy, tiny_run_config(tmp_path, copy)

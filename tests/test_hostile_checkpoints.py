@@ -4,7 +4,7 @@
 Metrics of two runs mixed in one file, a ``state.json`` whose step is negative, absurd or not its
 folder's, metrics lines without a usable step, repeated or missing steps, a checkpoint without
 its weights. Each case fails on the code before the fix (issue 21). One real tiny run (tiny-llama,
-two steps, two checkpoints kept) is trained once and copied into each test."""
+two steps, two checkpoints kept: conftest.trained_tiny_run) is trained once and copied into each test."""
 from __future__ import annotations
 
 import json
@@ -12,44 +12,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from toolgym.trainers import checkpoint as ckpt
 from toolgym.trainers import metrics as run_metrics
 from toolgym.cli.main import main
-from conftest import one_error_line
-
-CONFIG = {"model": {"name": "tiny-llama"},
-          "env": {"id": "toolgym/ToolSearch-v0", "kwargs": {"max_turns": 2}},
-          "sampling": {"max_new_tokens": 6}, "grpo": {"lr": 1.0e-3, "lora": {"r": 2, "alpha": 4}},
-          "reward": {"name": "toolsearcher"},
-          "train": {"steps": 2, "tasks_per_step": 1, "group_size": 2, "checkpoint_every": 1,
-                    "keep_checkpoints": 2, "skip_zero_advantage": False},
-          "eval": {"before": False, "after": False, "num_tasks": 2, "batch_size": 2}}
-
-
-def _config(folder: Path, run_dir: Path) -> str:
-    path = folder / "c.yaml"
-    path.write_text(yaml.safe_dump({**CONFIG, "run_dir": str(run_dir)}))
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A finished two-step run: metrics steps [0, 1], checkpoints step_000001 and step_000002."""
-    folder = tmp_path_factory.mktemp("trained")
-    run = folder / "run"
-    assert main(["train", _config(folder, run), "--no-progress"]) == 0
-    assert [p.name for p in ckpt.list_checkpoints(run)] == ["step_000001", "step_000002"]
-    return run
-
-
-@pytest.fixture
-def run(trained, tmp_path):
-    """A copy of the trained run, and its config pointing at the copy."""
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy)
-    return copy, _config(tmp_path, copy)
+from conftest import one_error_line, tiny_run_config
 
 
 def _steps(run_dir: Path) -> list[int]:
@@ -61,8 +28,8 @@ def _one_line(capsys, *fragments: str) -> str:
 
 
 # -- a fresh run never appends to another run's metrics --------------------------------------
-def test_fresh_run_into_a_folder_with_metrics_but_no_checkpoint_is_refused(run, capsys):
-    run_dir, config = run
+def test_fresh_run_into_a_folder_with_metrics_but_no_checkpoint_is_refused(tiny_run, capsys):
+    run_dir, config = tiny_run
     shutil.rmtree(run_dir / "checkpoints")
     before = (run_dir / "metrics.jsonl").read_text()
     assert main(["train", config, "--no-progress"]) == 2  # it used to append: steps [0, 1, 0, 1]
@@ -70,8 +37,8 @@ def test_fresh_run_into_a_folder_with_metrics_but_no_checkpoint_is_refused(run, 
     assert (run_dir / "metrics.jsonl").read_text() == before
 
 
-def test_resume_without_checkpoint_is_the_explicit_fresh_start(run, capsys):
-    run_dir, config = run
+def test_resume_without_checkpoint_is_the_explicit_fresh_start(tiny_run, capsys):
+    run_dir, config = tiny_run
     shutil.rmtree(run_dir / "checkpoints")
     assert main(["train", config, "--resume", "train.steps=1", "--no-progress"]) == 0
     assert "starting from step 0" in capsys.readouterr().out
@@ -80,8 +47,8 @@ def test_resume_without_checkpoint_is_the_explicit_fresh_start(run, capsys):
 
 # -- state.json checked against its folder, train.steps and metrics before anything is touched
 @pytest.mark.parametrize("step, fragment", [(-1, "negative"), (10**30, "folder"), (1, "folder"), (True, "integer")])
-def test_bad_state_step_is_refused_before_metrics_are_touched(run, capsys, step, fragment):
-    run_dir, config = run
+def test_bad_state_step_is_refused_before_metrics_are_touched(tiny_run, capsys, step, fragment):
+    run_dir, config = tiny_run
     state_path = run_dir / "checkpoints" / "step_000002" / ckpt.STATE_FILE
     state = json.loads(state_path.read_text())
     state_path.write_text(json.dumps({**state, "step": step}))
@@ -91,16 +58,16 @@ def test_bad_state_step_is_refused_before_metrics_are_touched(run, capsys, step,
     assert (run_dir / "metrics.jsonl").read_text() == before  # a negative step used to empty it
 
 
-def test_checkpoint_past_train_steps_is_refused_not_a_silent_no_op(run, capsys):
-    run_dir, config = run
+def test_checkpoint_past_train_steps_is_refused_not_a_silent_no_op(tiny_run, capsys):
+    run_dir, config = tiny_run
     assert main(["train", config, "--resume", "train.steps=1", "--no-progress"]) == 2
     _one_line(capsys, "step 2", "train.steps=1")
     assert _steps(run_dir) == [0, 1]
 
 
 # -- metrics lines that cannot be placed: said, the good lines kept --------------------------
-def test_metrics_lines_without_a_usable_step_repeats_and_gaps_are_reported(run, capsys):
-    run_dir, config = run
+def test_metrics_lines_without_a_usable_step_repeats_and_gaps_are_reported(tiny_run, capsys):
+    run_dir, config = tiny_run
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
     bad = [json.dumps({**first, "step": "zero"}), json.dumps({"reward": 1.0}), lines[0]]  # no int step, no step, repeat
@@ -122,8 +89,8 @@ def test_plan_metrics_is_linear_and_says_what_it_found(tmp_path):
 
 
 # -- a checkpoint without its weights falls back to the previous intact one ------------------
-def test_missing_trainable_pt_falls_back_to_the_previous_checkpoint(run, capsys):
-    run_dir, config = run
+def test_missing_trainable_pt_falls_back_to_the_previous_checkpoint(tiny_run, capsys):
+    run_dir, config = tiny_run
     (run_dir / "checkpoints" / "step_000002" / ckpt.WEIGHTS_FILE).unlink()
     assert main(["train", config, "--resume", "train.steps=2", "--no-progress"]) == 0  # used to be a raw errno
     captured = capsys.readouterr()
@@ -133,8 +100,8 @@ def test_missing_trainable_pt_falls_back_to_the_previous_checkpoint(run, capsys)
     assert ckpt.read_state(ckpt.latest_checkpoint(run_dir))["step"] == 2
 
 
-def test_missing_trainable_pt_with_nothing_to_fall_back_to_is_one_line(run, capsys):
-    run_dir, config = run
+def test_missing_trainable_pt_with_nothing_to_fall_back_to_is_one_line(tiny_run, capsys):
+    run_dir, config = tiny_run
     shutil.rmtree(run_dir / "checkpoints" / "step_000001")
     (run_dir / "checkpoints" / "step_000002" / ckpt.WEIGHTS_FILE).unlink()
     before = (run_dir / "metrics.jsonl").read_text()

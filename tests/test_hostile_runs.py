@@ -4,14 +4,13 @@ Two trainers on one run folder, a full disk under an output, non-finite or absur
 changed setting on ``--resume``, a negative ``max_tasks``, ten thousand vector sub-envs, lone
 surrogates, an unknown retriever option, TRL tool calls Search-R1 tags cannot carry, and bad
 types in env calls. Each case fails on the code before the fix (8e83d04). Runs use the tiny
-random Llama of ``tests/test_hostile_checkpoints.py``; a full disk is a monkeypatched write.
+random Llama of ``conftest.trained_tiny_run``; a full disk is a monkeypatched write.
 """
 from __future__ import annotations
 
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +21,6 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-import yaml
 
 import toolgym.envs  # noqa: F401  (registers the ids)
 from toolgym.cli.main import main
@@ -30,27 +28,11 @@ from toolgym.data.records import Task, Trajectory, read_rollouts, write_rollouts
 from toolgym.trainers import checkpoint as ckpt
 from toolgym.data import atomic
 from toolgym.trainers import run_lock
-from conftest import one_error_line
+from conftest import one_error_line, tiny_run_config
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 TOOLGYM = [PYTHON, "-m", "toolgym.cli.main"]
-CONFIG = {"model": {"name": "tiny-llama"},
-          "env": {"id": "toolgym/ToolSearch-v0", "kwargs": {"max_turns": 2}},
-          "sampling": {"max_new_tokens": 6}, "grpo": {"lr": 1.0e-3, "lora": {"r": 2, "alpha": 4}},
-          "reward": {"name": "toolsearcher"},
-          "train": {"steps": 2, "tasks_per_step": 1, "group_size": 2, "checkpoint_every": 1,
-                    "keep_checkpoints": 2, "skip_zero_advantage": False},
-          "eval": {"before": False, "after": False, "num_tasks": 2, "batch_size": 2}}
-
-
-def _config(folder: Path, run_dir: Path, **train) -> str:
-    cfg = json.loads(json.dumps(CONFIG))
-    cfg["train"].update(train)
-    path = folder / "c.yaml"
-    path.write_text(yaml.safe_dump({**cfg, "run_dir": str(run_dir)}))
-    return str(path)
-
 
 def _env(**extra):
     return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
@@ -58,23 +40,6 @@ def _env(**extra):
 
 def _cli(*argv, timeout=300) -> subprocess.CompletedProcess:
     return subprocess.run([*TOOLGYM, *argv], capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A finished two-step run: checkpoints step_000001 and step_000002."""
-    folder = tmp_path_factory.mktemp("trained")
-    run = folder / "run"
-    assert main(["train", _config(folder, run), "--no-progress"]) == 0
-    assert [p.name for p in ckpt.list_checkpoints(run)] == ["step_000001", "step_000002"]
-    return run
-
-
-@pytest.fixture
-def run(trained, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy)
-    return copy, _config(tmp_path, copy)
 
 
 # -- item 2: one process per run folder -------------------------------------------------------
@@ -98,11 +63,11 @@ def test_a_held_run_dir_refuses_a_second_toolgym_train_and_a_killed_holder_leave
     run_dir = tmp_path / "run"
     holder = _hold(run_dir)
     try:
-        second = _cli("train", _config(tmp_path, run_dir), "--no-progress")
+        second = _cli("train", tiny_run_config(tmp_path, run_dir), "--no-progress")
         assert second.returncode == 2, second.stderr
         line = one_error_line(second.stderr, str(run_dir), "in use", f"pid {holder.pid}")
         assert "another toolgym train" in line
-        resume = _cli("train", _config(tmp_path, run_dir), "--resume", "--no-progress")
+        resume = _cli("train", tiny_run_config(tmp_path, run_dir), "--resume", "--no-progress")
         assert resume.returncode == 2 and "in use" in resume.stderr
         assert not (run_dir / "metrics.jsonl").exists() and not (run_dir / "checkpoints").exists()
     finally:
@@ -134,7 +99,7 @@ def test_two_real_trainers_then_sigkill_then_a_new_one_trains(tmp_path):
     """The first `toolgym train` really trains (many steps); a second is refused while it runs; after
     SIGKILL of the first, `--resume` starts and finishes."""
     run_dir = tmp_path / "run"
-    config = _config(tmp_path, run_dir, steps=400, checkpoint_every=1)
+    config = tiny_run_config(tmp_path, run_dir, steps=400, checkpoint_every=1)
     first = subprocess.Popen([*TOOLGYM, "train", config, "--no-progress"], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, env=_env(), cwd=REPO)
     try:
@@ -212,10 +177,10 @@ def test_write_rollouts_never_opens_the_destination_for_writing(tmp_path, monkey
     assert len(read_rollouts(path)) == 1 and oct(path.stat().st_mode & 0o777) != oct(0o600)
 
 
-def test_a_failed_checkpoint_write_leaves_no_tmp_folder_and_says_no_space(run, monkeypatch):
+def test_a_failed_checkpoint_write_leaves_no_tmp_folder_and_says_no_space(tiny_run, monkeypatch):
     import torch
 
-    run_dir, _ = run
+    run_dir, _ = tiny_run
     before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
 
     def full(*args, **kwargs):
@@ -242,7 +207,7 @@ def test_full_disk_during_a_cli_train_is_one_line_and_leaves_no_tmp(tmp_path):
         from toolgym.cli.main import main
         sys.exit(main(sys.argv[1:]))
     """)
-    proc = subprocess.run([PYTHON, "-c", script, "train", _config(tmp_path, run_dir), "--no-progress"],
+    proc = subprocess.run([PYTHON, "-c", script, "train", tiny_run_config(tmp_path, run_dir), "--no-progress"],
                           capture_output=True, text=True, timeout=300, env=_env(), cwd=REPO)
     assert proc.returncode == 2, proc.stderr
     one_error_line(proc.stderr, "no space left", "step_000001")
@@ -281,7 +246,7 @@ def test_plots_and_json_outputs_go_through_a_temp_file(tmp_path, monkeypatch):
 ])
 def test_non_finite_or_out_of_range_settings_are_one_line_before_any_work(tmp_path, capsys, override, key):
     run_dir = tmp_path / "run"
-    assert main(["train", _config(tmp_path, run_dir), override, "--no-progress"]) == 2
+    assert main(["train", tiny_run_config(tmp_path, run_dir), override, "--no-progress"]) == 2
     one_error_line(capsys.readouterr().err, key)
     assert not run_dir.exists()
 
@@ -316,10 +281,10 @@ def test_sft_float_settings_are_finite_too():
 
 
 # -- item 5: --resume with a changed optimiser setting applies it, and says so --------------------
-def test_resume_with_a_changed_lr_applies_it_and_records_it(run, capsys, monkeypatch):
+def test_resume_with_a_changed_lr_applies_it_and_records_it(tiny_run, capsys, monkeypatch):
     from toolgym.trainers import train as train_module
 
-    run_dir, config = run
+    run_dir, config = tiny_run
     seen = {}
     real = train_module.resume_from_checkpoint
 
@@ -354,7 +319,7 @@ def test_max_tasks_negative_in_export_hf_and_train_env_kwargs(tmp_path, capsys):
     one_error_line(capsys.readouterr().err, "max_tasks", "-1")
     assert not (tmp_path / "hf" / "tasks").exists()
     run_dir = tmp_path / "run"
-    assert main(["train", _config(tmp_path, run_dir), "env.kwargs.max_tasks=-1", "--no-progress"]) == 2
+    assert main(["train", tiny_run_config(tmp_path, run_dir), "env.kwargs.max_tasks=-1", "--no-progress"]) == 2
     one_error_line(capsys.readouterr().err, "max_tasks", "-1")
     assert not (run_dir / "metrics.jsonl").exists()
 
@@ -478,8 +443,8 @@ def test_trl_hermes_tool_calls_are_unchanged():
 
 
 # -- item 17: a truncated trainable.pt; a damaged state.json under eval policy ----------------------
-def test_resume_with_a_truncated_weights_file_names_it_and_falls_back(run, capsys):
-    run_dir, config = run
+def test_resume_with_a_truncated_weights_file_names_it_and_falls_back(tiny_run, capsys):
+    run_dir, config = tiny_run
     newest = run_dir / "checkpoints" / "step_000002" / ckpt.WEIGHTS_FILE
     newest.write_bytes(newest.read_bytes()[:200])
     assert main(["train", config, "--resume", "--no-progress"]) == 0
@@ -490,17 +455,17 @@ def test_resume_with_a_truncated_weights_file_names_it_and_falls_back(run, capsy
     assert ckpt.checkpoint_problem(ckpt.latest_checkpoint(run_dir)) is None
 
 
-def test_resume_with_every_weights_file_truncated_is_one_line(run, capsys):
-    run_dir, config = run
+def test_resume_with_every_weights_file_truncated_is_one_line(tiny_run, capsys):
+    run_dir, config = tiny_run
     for folder in ckpt.list_checkpoints(run_dir):
         (folder / ckpt.WEIGHTS_FILE).write_bytes(b"PK\x03\x04" + b"\0" * 30)
     assert main(["train", config, "--resume", "--no-progress"]) == 2
     one_error_line(capsys.readouterr().err, "step_000002", ckpt.WEIGHTS_FILE, "no earlier complete checkpoint")
 
 
-def test_load_tensors_names_a_truncated_file(tmp_path, trained):
+def test_load_tensors_names_a_truncated_file(tmp_path, trained_tiny_run):
     path = tmp_path / "trainable.pt"
-    path.write_bytes((ckpt.latest_checkpoint(trained) / ckpt.WEIGHTS_FILE).read_bytes()[:300])
+    path.write_bytes((ckpt.latest_checkpoint(trained_tiny_run) / ckpt.WEIGHTS_FILE).read_bytes()[:300])
     with pytest.raises(ValueError, match="trainable.pt: damaged"):
         ckpt.load_tensors(path)
 
@@ -509,8 +474,8 @@ def test_load_tensors_names_a_truncated_file(tmp_path, trained):
     ("missing", "config"), ([1, 2], "config"), ({"model": [["a", "b", "c"]]}, "config.model"),
     ({"model": "tiny"}, "config.model"), ({"model": {"name": "tiny-llama"}, "grpo": [1]}, "config.grpo"),
 ])
-def test_eval_policy_on_a_damaged_state_json_is_one_line_naming_it(run, capsys, config, part):
-    run_dir, _ = run
+def test_eval_policy_on_a_damaged_state_json_is_one_line_naming_it(tiny_run, capsys, config, part):
+    run_dir, _ = tiny_run
     state_path = ckpt.latest_checkpoint(run_dir) / ckpt.STATE_FILE
     state = json.loads(state_path.read_text())
     if config == "missing":
