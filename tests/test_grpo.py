@@ -298,6 +298,20 @@ def test_shared_prefix_gives_the_unshared_logprobs_and_gradients(tiny, autocast)
         torch.testing.assert_close(g, results[True][1][name], atol=tol * 10, rtol=tol * 10, msg=name)
 
 
+def test_gradient_checkpointing_with_a_shared_prompt_runs_every_row_whole(tiny):
+    # The decoder's cache is off under gradient checkpointing in training, and the shared pass used
+    # to fail on it (a None cache); now the rows run whole and give the unshared log-probs.
+    seqs, masks = _group()
+    model = copy.deepcopy(tiny)
+    plain = [l.detach() for l in grpo_module.response_logprobs(model, seqs, masks, temperature=0.9)]
+    model.gradient_checkpointing_enable()
+    model.train()
+    lp = grpo_module.response_logprobs(model, seqs, masks, temperature=0.9, share_prefix=True)
+    sum(l.sum() for l in lp).backward()
+    for a, b in zip(plain, lp):
+        torch.testing.assert_close(a, b.detach(), atol=1e-4, rtol=1e-4)
+
+
 def test_update_with_a_shared_prompt_matches_the_unshared_update(tiny):
     """One GRPO step with share_prompt_prefix: micro-batches hold one group's rollouts, and the
     updated weights equal the plain step's."""

@@ -144,6 +144,7 @@ class GRPOConfig:
             groups them into micro-batches, runs the shared prefix as one row and attends every
             continuation to its (repeated) key/value cache. Same loss and gradient up to float
             rounding; the prompt's forward and backward cost one row instead of ``group_size``.
+            Skipped while ``gradient_checkpointing`` is on (it turns the decoder's cache off).
         tis_cap (`float` or `None`, defaults to `None`):
             Truncated importance sampling against the sampler/trainer mismatch: each policy
             token's loss is weighted by ``min(π_train / π_sample, C)`` with ``C = tis_cap``,

@@ -187,7 +187,11 @@ def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Seq
     scale = 1.0 / temperature if temperature and temperature > 0 else 1.0
     device = next(model.parameters()).device
     decoder, head = _decoder_and_head(model)
-    shared = shared_prefix_length(sequences, masks) if share_prefix and len(sequences) > 1 else 0
+    # Gradient checkpointing turns the decoder's cache off in training, and the shared pass needs it:
+    # then every row runs whole (same log-probs, the prefix paid B times).
+    checkpointing = model.training and any(getattr(m, "is_gradient_checkpointing", False)
+                                           or getattr(m, "gradient_checkpointing", False) is True for m in (model, decoder))
+    shared = shared_prefix_length(sequences, masks) if share_prefix and len(sequences) > 1 and not checkpointing else 0
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast_bf16):
         if shared >= MIN_SHARED_PREFIX:
             hidden = _hidden_with_shared_prefix(decoder, sequences, shared, device)
