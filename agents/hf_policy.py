@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import torch
 
 from toolgym.agents.policy import TOOL_CALL_STOP, Generation, SamplingConfig
+from toolgym.agents.sampling import sample_tokens
 
 __all__ = ["HFChatPolicy", "Generation", "SamplingConfig", "TOOL_CALL_STOP", "TurnCache", "apply_lora",
            "load_causal_lm", "load_tokenizer", "smollm2_gguf_path", "tiny_causal_lm"]
@@ -301,8 +302,6 @@ class _SampleWithToolgym:
         self.temperature, self.top_k, self.top_p = float(temperature), int(top_k), float(top_p)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        from toolgym.agents.sampling import sample_tokens
-
         picks, _ = sample_tokens(scores.float(), self.temperature, self.top_k, self.top_p)
         out = torch.full_like(scores, float("-inf"))
         return out.scatter_(1, picks[:, None], 0.0)

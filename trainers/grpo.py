@@ -189,8 +189,7 @@ def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Seq
     decoder, head = _decoder_and_head(model)
     # Gradient checkpointing turns the decoder's cache off in training, and the shared pass needs it:
     # then every row runs whole (same log-probs, the prefix paid B times).
-    checkpointing = model.training and any(getattr(m, "is_gradient_checkpointing", False)
-                                           or getattr(m, "gradient_checkpointing", False) is True for m in (model, decoder))
+    checkpointing = model.training and getattr(model, "is_gradient_checkpointing", False)
     shared = shared_prefix_length(sequences, masks) if share_prefix and len(sequences) > 1 and not checkpointing else 0
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast_bf16):
         if shared >= MIN_SHARED_PREFIX:
