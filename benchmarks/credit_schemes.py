@@ -384,9 +384,10 @@ def pairwise(by_scheme: dict[str, list[dict[str, Any]]], keys: Sequence[str]) ->
         out.append({"a": a, "b": "warm start",
                     **{k: paired_difference_over_seeds(final_by_task(by_scheme[a], k), warm_by_task(by_scheme[a], k))
                        for k in keys}})
+    unpaired = set(unpaired_pairs(by_scheme))  # no seed trained both: nothing to pair
     for a, b in combinations(schemes, 2):
-        if not {int(r["seed"]) for r in by_scheme[a]} & {int(r["seed"]) for r in by_scheme[b]}:
-            continue  # no seed trained both: nothing to pair (unpaired_pairs names them)
+        if (a, b) in unpaired:
+            continue
         out.append({"a": a, "b": b, **{k: paired_difference_over_seeds(final_by_task(by_scheme[a], k),
                                                                       final_by_task(by_scheme[b], k)) for k in keys}})
     return out
