@@ -45,7 +45,6 @@ TIME = "/usr/bin/time"  # GNU time: `-v` reports the wall time and the maximum r
 def timed(cmd: list[str], log: Path) -> dict[str, Any]:
     """Run ``cmd`` (its output to ``log``); its wall seconds and, under GNU ``time -v`` where this machine has it,
     its peak resident set size in GB (``Maximum resident set size``: the largest process of the command)."""
-    import re
     import time
 
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -55,9 +54,16 @@ def timed(cmd: list[str], log: Path) -> dict[str, Any]:
         subprocess.run([TIME, "-v", *cmd] if use_time else cmd, check=True, stdout=f, stderr=subprocess.STDOUT)
     out = {"wall_s": time.time() - started, "peak_rss_gb": None, "log": str(log)}
     if use_time:
-        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", log.read_text(encoding="utf-8", errors="replace"))
-        out["peak_rss_gb"] = int(m.group(1)) * 1024 / 1e9 if m else None
+        out["peak_rss_gb"] = _peak_rss_gb(log.read_text(encoding="utf-8", errors="replace"))
     return out
+
+
+def _peak_rss_gb(time_report: str) -> float | None:
+    """``Maximum resident set size`` of a GNU ``time -v`` report (KiB) in GB (10⁹ bytes); None without one."""
+    import re
+
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", time_report)
+    return int(m.group(1)) * 1024 / 1e9 if m else None
 
 
 def _stages(out: Path) -> dict[str, Any]:
@@ -132,13 +138,13 @@ def parse_time_log(log: Path) -> dict[str, Any]:
 
     text = log.read_text(encoding="utf-8", errors="replace")
     m = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text)
-    r = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
-    if not m or not r:
+    peak = _peak_rss_gb(text)
+    if not m or peak is None:
         raise ValueError(f"{log}: no `/usr/bin/time -v` report")
     wall = 0.0
     for part in m.group(1).split(":"):
         wall = wall * 60 + float(part)
-    return {"wall_s": wall, "peak_rss_gb": int(r.group(1)) * 1024 / 1e9}
+    return {"wall_s": wall, "peak_rss_gb": peak}
 
 
 def keep_quickstart(run: Path, make_log: Path | None) -> dict[str, Any]:
