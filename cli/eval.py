@@ -31,6 +31,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+def decompose_arg(text: str) -> str:
+    """argparse type of ``--decompose``: ``none``, ``clauses`` or ``policy:PATH`` (the path checked
+    before any index is built)."""
+    if text in ("none", "clauses"):
+        return text
+    kind, _, path = text.partition(":")
+    if kind != "policy" or not path:
+        raise argparse.ArgumentTypeError(f"must be none, clauses or policy:PATH, got {text!r}")
+    try:
+        check_policy_path(path)
+    except FileNotFoundError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("--policy ", "policy:", 1)) from None
+    return text
+
+
 def topk_arg(text: str) -> str:
     """argparse type of ``--topk``: ``dynamic`` or an integer >= 1 (checked before any index is built)."""
     if text == "dynamic":
@@ -114,8 +129,10 @@ def _retrieval_arguments(p: argparse.ArgumentParser) -> None:
                           "with --identifiers whole, the old BM25)")
     ret.add_argument("--rerank", nargs="?", const="minilm", default=None, metavar="MODEL",
                      help="rerank the top candidates with a CrossEncoder (path; default: MiniLM body, untrained head)")
-    ret.add_argument("--decompose", default="none", choices=["none", "clauses"],
-                     help="retrieve per clause of the request and fuse the lists (round robin)")
+    ret.add_argument("--decompose", default="none", type=decompose_arg, metavar="{none,clauses,policy:PATH}",
+                     help="retrieve per clause of the request (clauses) or per subtask a trained decomposition "
+                          "policy writes (policy:PATH, a toolgym train run/checkpoint or model folder; greedy), "
+                          "and fuse the lists (round robin)")
     ret.add_argument("--topk", default="10", type=topk_arg, help="final list size: an integer or 'dynamic' (Algorithm 2)")
     ret.add_argument("--candidates", type=positive_int, default=20,
                      help="list depth that --rerank reorders and --topk dynamic cuts (the paper's avg K is 8-12)")
@@ -289,14 +306,24 @@ def run_retrieval(args: argparse.Namespace) -> int:
         from toolgym.retrieval.rerank import CrossEncoderReranker
 
         reranker = CrossEncoderReranker(None if args.rerank == "minilm" else args.rerank, corpus=corpus)
-    result = evaluate_retrieval(index, tasks, ks, topk=args.topk, decompose=args.decompose, reranker=reranker,
+    decompose: Any = args.decompose
+    if decompose.startswith("policy:"):
+        from toolgym.evaluation.decomposer import PolicyDecomposer
+        from toolgym.trainers.policy_loading import load_policy
+
+        decompose = PolicyDecomposer(load_policy(decompose.partition(":")[2]))
+    result = evaluate_retrieval(index, tasks, ks, topk=args.topk, decompose=decompose, reranker=reranker,
                                 candidates=args.candidates)
     result["config"] = {"dataset": name, "retriever": args.retriever, "identifiers": args.identifiers,
                         "bm25_parameters": args.bm25_parameters, "rerank": args.rerank,
                         "decompose": args.decompose, "topk": args.topk, "k": ks}
     keys = [f"{m}@{k}" for m in ("N", "R", "C") for k in ks] + ["K", "C@K"]
     print_table(f"{name}: {args.retriever}" + (" + rerank" if args.rerank else "")
-                + (" + clauses" if args.decompose != "none" else "") + f", top-K={args.topk}", result, keys)
+                + {"none": "", "clauses": " + clauses"}.get(args.decompose, " + trained decomposer")
+                + f", top-K={args.topk}", result, keys)
+    if not isinstance(decompose, str) and tasks:
+        result["decompose_ms_per_request"] = 1000 * decompose.seconds / len(tasks)
+        print(f"decomposition: {result['decompose_ms_per_request']:.0f} ms per request (greedy decoding)")
     if args.json:
         write_json_output(args.json, result)
     return 0

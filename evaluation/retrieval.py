@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,15 +16,28 @@ def rank_tasks(
     index: Any,
     tasks: Sequence[Task],
     depth: int,
-    decompose: str = "none",
+    decompose: str | Callable[[Sequence[Task]], list[list[str]]] = "none",
     reranker: Any = None,
 ) -> tuple[list[list[str]], list[list[float]]]:
-    """Ranked ids and scores per task, searched in one batch (clauses flattened into it)."""
+    """Ranked ids and scores per task, searched in one batch (sub-queries flattened into it).
+
+    ``decompose``: ``"none"`` (the raw request), ``"clauses"`` (the rule-based splitter) or a
+    callable giving each task's sub-queries (e.g. a trained
+    :class:`~toolgym.evaluation.decomposer.PolicyDecomposer`); several sub-queries' lists are fused
+    round robin."""
     from toolgym.retrieval.decompose import split_into_clauses
     from toolgym.retrieval.fusion import fuse_round_robin
 
     texts = [t.context_text() for t in tasks]
-    queries_per_task = [split_into_clauses(x) if decompose == "clauses" else [x] for x in texts]
+    if callable(decompose):
+        split = list(decompose(tasks))
+        if len(split) != len(tasks):
+            raise ValueError(f"the decomposer gave {len(split)} lists of sub-queries for {len(tasks)} tasks")
+        queries_per_task = [list(qs) or [x] for qs, x in zip(split, texts)]
+    elif decompose in ("none", "clauses"):
+        queries_per_task = [split_into_clauses(x) if decompose == "clauses" else [x] for x in texts]
+    else:
+        raise ValueError(f"decompose must be 'none', 'clauses' or a callable, got {decompose!r}")
     flat = [q for qs in queries_per_task for q in qs]
     results = index.search_batch(flat, k=depth)
     if reranker is not None:
@@ -52,7 +65,7 @@ def evaluate_retrieval(
     tasks: Sequence[Task],
     ks: Sequence[int],
     topk: str = "10",
-    decompose: str = "none",
+    decompose: str | Callable[[Sequence[Task]], list[list[str]]] = "none",
     reranker: Any = None,
     candidates: int = 20,
     keep_rows: bool = False,
