@@ -279,18 +279,22 @@ def test_shared_prefix_length_stops_before_the_first_policy_token():
     assert grpo_module.shared_prefix_length(seqs, masks) == (0 if seqs[0][0] != 7 else 30)
 
 
-@pytest.mark.parametrize("autocast", [False, True])
-def test_shared_prefix_gives_the_unshared_logprobs_and_gradients(tiny, autocast):
+@pytest.mark.parametrize("autocast, recompute", [(False, False), (True, False), (False, True), (True, True)])
+def test_shared_prefix_gives_the_unshared_logprobs_and_gradients(tiny, autocast, recompute, monkeypatch):
     seqs, masks = _group()
     model = copy.deepcopy(tiny)
+    prefix_passes = []
+    pass_fn = grpo_module._prefix_pass
+    monkeypatch.setattr(grpo_module, "_prefix_pass", lambda *a: prefix_passes.append(1) or pass_fn(*a))
     results = {}
     for share in (False, True):
         model.zero_grad(set_to_none=True)
         lp = grpo_module.response_logprobs(model, seqs, masks, temperature=0.9, autocast_bf16=autocast,
-                                           share_prefix=share)
+                                           share_prefix=share, recompute_prefix=recompute)
         loss = sum((l * (k + 1)).sum() for k, l in enumerate(lp))  # a different weight per row
         loss.backward()
         results[share] = ([l.detach().clone() for l in lp], {n: p.grad.clone() for n, p in model.named_parameters()})
+    assert len(prefix_passes) == (2 if recompute else 1)  # recomputed once in the backward pass
     tol = 3e-2 if autocast else 1e-4
     for a, b in zip(results[False][0], results[True][0]):
         torch.testing.assert_close(a, b, atol=tol, rtol=tol)
@@ -310,6 +314,36 @@ def test_gradient_checkpointing_with_a_shared_prompt_runs_every_row_whole(tiny):
     sum(l.sum() for l in lp).backward()
     for a, b in zip(plain, lp):
         torch.testing.assert_close(a, b.detach(), atol=1e-4, rtol=1e-4)
+
+
+def test_padded_width_rounds_up_to_the_multiple():
+    assert [grpo_module.padded_width(n, 64) for n in (1, 63, 64, 65, 128)] == [64, 64, 64, 128, 128]
+    assert grpo_module.padded_width(37, 1) == 37
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_padding_to_a_multiple_changes_no_logprob_and_widens_the_batch(tiny, share, monkeypatch):
+    seqs, masks = _group()  # rows of 55, 59, 63 and 67 tokens: padded to 128
+    widths = []
+    decoder, _ = grpo_module._decoder_and_head(tiny)
+    forward = decoder.forward
+
+    def spy(*args, **kw):
+        widths.append(kw["input_ids"].shape[1])
+        return forward(*args, **kw)
+
+    plain = [l.detach() for l in grpo_module.response_logprobs(tiny, seqs, masks, share_prefix=share)]
+    monkeypatch.setattr(decoder, "forward", spy)
+    padded = grpo_module.response_logprobs(tiny, seqs, masks, share_prefix=share, pad_to_multiple=64)
+    # one pass of the whole width, or the 40-token shared prompt then the continuations up to 128
+    assert widths == ([40, 88] if share else [128])
+    for a, b in zip(plain, padded):
+        torch.testing.assert_close(a, b.detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_pad_to_multiple_must_be_positive():
+    with pytest.raises(ValueError, match="grpo.pad_to_multiple"):
+        GRPOConfig(pad_to_multiple=0)
 
 
 def test_update_with_a_shared_prompt_matches_the_unshared_update(tiny):

@@ -173,7 +173,8 @@ def shared_prefix_length(sequences: Sequence[Sequence[int]], masks: Sequence[Seq
 def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
                       chunk: int = 1024, temperature: float = 1.0,
                       allowed: Sequence[Mapping[int, Sequence[int]] | None] | None = None,
-                      autocast_bf16: bool = False, share_prefix: bool = False) -> list[torch.Tensor]:
+                      autocast_bf16: bool = False, share_prefix: bool = False,
+                      pad_to_multiple: int = 1, recompute_prefix: bool = False) -> list[torch.Tensor]:
     """log π_T(token_p | tokens_<p) = log softmax(logits_p / T)[token_p] at every position ``p`` with mask 1.
 
     ``T`` is the sampling temperature (``<= 0``, greedy, counts as 1). One decoder pass over the
@@ -183,6 +184,10 @@ def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Seq
     sampling) maps positions of sequence ``i`` to the token ids its sample was restricted to; there
     the restricted distribution is scored: ``log softmax(logits_p / T + M)[token_p]`` with
     ``M = 0`` on the allowed ids and ``−inf`` elsewhere. Other positions are unchanged.
+    ``pad_to_multiple`` right-pads the batch to a multiple of that many tokens (the padding is
+    masked out and changes no log-prob): fewer distinct shapes for the CPU allocator to keep.
+    ``recompute_prefix`` (with ``share_prefix``) keeps none of the shared prompt's activations:
+    its forward runs again in the backward pass (``torch.utils.checkpoint``).
     """
     scale = 1.0 / temperature if temperature and temperature > 0 else 1.0
     device = next(model.parameters()).device
@@ -193,9 +198,10 @@ def response_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Seq
     shared = shared_prefix_length(sequences, masks) if share_prefix and len(sequences) > 1 and not checkpointing else 0
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast_bf16):
         if shared >= MIN_SHARED_PREFIX:
-            hidden = _hidden_with_shared_prefix(decoder, sequences, shared, device)
+            hidden = _hidden_with_shared_prefix(decoder, sequences, shared, device, pad_to_multiple,
+                                                recompute_prefix and torch.is_grad_enabled())
         else:
-            hidden = _hidden(decoder, sequences, device)
+            hidden = _hidden(decoder, sequences, device, pad_to_multiple)
     hidden = hidden.float()
     rows, cols, targets, counts = [], [], [], []
     sets: list[Sequence[int] | None] = []
@@ -234,9 +240,15 @@ def _first_policy_token(mask: Sequence[int]) -> int:
     return next((p for p, m in enumerate(mask) if m), len(mask))
 
 
-def _hidden(decoder: Any, sequences: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
+def padded_width(length: int, multiple: int) -> int:
+    """``length`` rounded up to a multiple of ``multiple`` (>= 1)."""
+    return -(-length // multiple) * multiple
+
+
+def _hidden(decoder: Any, sequences: Sequence[Sequence[int]], device: torch.device,
+            pad_to_multiple: int = 1) -> torch.Tensor:
     """Last hidden states ``[B, width, H]`` of the right-padded batch, one decoder pass."""
-    width = max(len(s) for s in sequences)
+    width = padded_width(max(len(s) for s in sequences), pad_to_multiple)
     ids = torch.zeros((len(sequences), width), dtype=torch.long)
     attn = torch.zeros((len(sequences), width), dtype=torch.long)
     for i, s in enumerate(sequences):
@@ -245,18 +257,36 @@ def _hidden(decoder: Any, sequences: Sequence[Sequence[int]], device: torch.devi
     return decoder(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state
 
 
+def _prefix_pass(decoder: Any, prefix: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The prompt's last hidden states, then every layer's keys and values, as plain tensors
+    (what ``torch.utils.checkpoint`` can keep and recompute)."""
+    out = decoder(input_ids=prefix, use_cache=True)
+    return (out.last_hidden_state, *(t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)))
+
+
 def _hidden_with_shared_prefix(decoder: Any, sequences: Sequence[Sequence[int]], shared: int,
-                               device: torch.device) -> torch.Tensor:
+                               device: torch.device, pad_to_multiple: int = 1,
+                               recompute_prefix: bool = False) -> torch.Tensor:
     """The same ``[B, width, H]`` as :func:`_hidden`, the common prompt run once: one pass over the
     ``shared`` prefix tokens (its key/value cache, with its graph, repeated for every row), then one
     pass over the right-padded continuations attending to it. Gradients reach the prefix through
     every row's attention, so the loss and its gradient are those of the unshared pass (up to float
-    rounding); the prefix costs one row instead of B."""
+    rounding); the prefix costs one row instead of B. ``recompute_prefix``: the prefix pass keeps
+    only its outputs (hidden states, keys, values) and runs again in the backward pass: its
+    activations, the bulk of an update's memory when the prompt is long, are not held."""
+    from transformers import DynamicCache
+
     prefix = torch.tensor(list(sequences[0][:shared]), dtype=torch.long, device=device)[None]
-    out = decoder(input_ids=prefix, use_cache=True)
-    cache = out.past_key_values
+    if recompute_prefix:
+        outputs = torch.utils.checkpoint.checkpoint(_prefix_pass, decoder, prefix, use_reentrant=False)
+    else:
+        outputs = _prefix_pass(decoder, prefix)
+    prefix_hidden, kv = outputs[0], outputs[1:]
+    cache = DynamicCache(config=decoder.config)
+    for layer in range(len(kv) // 2):
+        cache.update(kv[2 * layer], kv[2 * layer + 1], layer)
     cache.batch_repeat_interleave(len(sequences))
-    rest = max(len(s) for s in sequences) - shared
+    rest = padded_width(max(len(s) for s in sequences), pad_to_multiple) - shared
     ids = torch.zeros((len(sequences), rest), dtype=torch.long)
     attn = torch.zeros((len(sequences), shared + rest), dtype=torch.long)
     attn[:, :shared] = 1
@@ -266,7 +296,7 @@ def _hidden_with_shared_prefix(decoder: Any, sequences: Sequence[Sequence[int]],
     positions = torch.arange(shared, shared + rest, device=device)[None].expand(len(sequences), -1)
     tail = decoder(input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=positions,
                    past_key_values=cache, use_cache=False).last_hidden_state
-    return torch.cat([out.last_hidden_state.expand(len(sequences), -1, -1), tail], dim=1)
+    return torch.cat([prefix_hidden.expand(len(sequences), -1, -1), tail], dim=1)
 
 
 def _outside(restricted: Sequence[tuple[int, Sequence[int]]], logits: torch.Tensor,
@@ -334,7 +364,8 @@ class GRPOTrainer:
     def _logprobs(self, model: Any, seqs: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
                   allowed: Sequence[Any] | None = None) -> list[torch.Tensor]:
         return response_logprobs(model, seqs, masks, self.config.logprob_chunk, self.temperature, allowed,
-                                 self.config.autocast_bf16, self.config.share_prompt_prefix)
+                                 self.config.autocast_bf16, self.config.share_prompt_prefix,
+                                 self.config.pad_to_multiple, self.config.recompute_prompt)
 
     def is_on_policy(self, batch: TokenBatch) -> bool:
         """One optimiser step on fresh rollouts: the old log-probs are the current ones."""

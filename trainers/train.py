@@ -43,6 +43,7 @@ def _train(cfg: TrainConfig, resume: bool, progress: bool) -> dict[str, Any]:
     from toolgym.agents.hf_policy import apply_lora
     from toolgym.rewards import build_reward
     from toolgym.trainers import checkpoint as ckpt
+    from toolgym.trainers.allocator import fix_mmap_threshold
     from toolgym.trainers.grpo import GRPOTrainer
 
     cfg = as_config(cfg)
@@ -60,6 +61,8 @@ def _train(cfg: TrainConfig, resume: bool, progress: bool) -> dict[str, Any]:
     reward = build_reward(cfg.reward, index=envs[0].unwrapped.index)  # a retrieve over the env's own index
     eval_run = make_evaluation(cfg, progress)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if t.malloc_mmap_threshold is not None and not fix_mmap_threshold(t.malloc_mmap_threshold):
+        print("note: train.malloc_mmap_threshold has no effect here (the C library is not glibc)")
 
     torch.manual_seed(seed)
     policy = build_policy(cfg.model, cfg.sampling)
