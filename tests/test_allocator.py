@@ -27,3 +27,15 @@ def test_the_train_section_checks_the_threshold_at_the_door():
     for bad in (-1, MAX_MMAP_THRESHOLD + 1):
         with pytest.raises(ValueError, match="train.malloc_mmap_threshold"):
             TrainLoopConfig(malloc_mmap_threshold=bad)
+
+
+def test_a_training_run_fixes_the_threshold_its_config_names(tmp_path, monkeypatch):
+    from conftest import tiny_run_config
+    from toolgym.cli.main import main
+    from toolgym.trainers import allocator
+
+    calls = []
+    monkeypatch.setattr(allocator, "fix_mmap_threshold", lambda n: calls.append(n) or True)
+    config = tiny_run_config(tmp_path, tmp_path / "run", steps=1, checkpoint_every=0)
+    assert main(["train", config, "train.malloc_mmap_threshold=1048576", "--no-progress"]) == 0
+    assert calls == [1048576]
