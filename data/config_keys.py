@@ -1,13 +1,14 @@
 """The error of a config key no schema knows (:class:`UnknownConfigKeyError`), shared by every
 structured config loader (``toolgym.trainers.config.load_config`` / ``strict_dataclass``, the
-dialogue generator's ``GeneratorConfig.from_dict``). It sits at the bottom of the package so the
-data layer's own configs can raise it too."""
+dialogue generator's ``GeneratorConfig.from_dict``), and the one shape of a range check's error
+(:func:`require`). It sits at the bottom of the package so the data layer's own configs (a
+mixture's sources) can raise them too."""
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["UnknownConfigKeyError", "check_known_keys"]
+__all__ = ["UnknownConfigKeyError", "check_known_keys", "require"]
 
 
 class UnknownConfigKeyError(ValueError):
@@ -28,3 +29,9 @@ def check_known_keys(given: Iterable[Any], valid: Iterable[str], what: str) -> N
     unknown = sorted(map(str, set(given) - set(valid)))
     if unknown:
         raise UnknownConfigKeyError(f"unknown {what}: {unknown}", unknown[0], valid)
+
+
+def require(ok: bool, key: str, value: Any, rule: str) -> None:
+    """The one shape of a range check's error: ``ValueError("key=value: rule")`` unless ``ok``."""
+    if not ok:
+        raise ValueError(f"{key}={value!r}: {rule}")

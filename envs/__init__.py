@@ -7,7 +7,7 @@ Exported here is what a user needs: the environments, the action protocol, regis
 the shared dataset/index caches. The pieces behind them live in their modules: ``base`` (what
 both envs share), ``checker`` (``check_tool_env``, the env contract beside gymnasium's
 ``check_env``), ``actions`` / ``syntax`` / ``checks`` / ``tokens`` / ``prompts`` /
-``rendering`` (the action protocol, split by concern), ``curriculum``, ``registry``,
+``rendering`` (the action protocol, split by concern), ``curriculum``, ``mixture``, ``registry``,
 ``resources``, ``spaces``, ``vector``.
 """
 if __name__ != "toolgym.envs":  # the checkout folder imported by its own name: every module would load twice
@@ -16,6 +16,7 @@ from toolgym.envs.actions import CATEGORY_MODES, PROTOCOLS, Action, CategoryMode
 from toolgym.envs.checker import check_tool_env
 from toolgym.envs.curriculum import CategoryCurriculum
 from toolgym.envs.decomposition import DecompositionEnv, parse_subtasks
+from toolgym.envs.mixture import MixtureDecompositionEnv
 from toolgym.envs.registry import BUILTIN_IDS, register_tool_search_env, registered_ids, unavailable_reason
 from toolgym.envs.resources import (
     DatasetUnavailableError,
@@ -39,6 +40,7 @@ __all__ = [
     "DatasetUnavailableError",
     "DecompositionEnv",
     "Invalid",
+    "MixtureDecompositionEnv",
     "PROTOCOLS",
     "ProtocolName",
     "Search",

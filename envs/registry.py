@@ -1,5 +1,6 @@
-"""Gymnasium registration: ``toolgym/ToolSearch-v0``, ``toolgym/Decompose-v0`` and one id of
-each kind per bundled benchmark. Importing :mod:`toolgym.envs` registers them.
+"""Gymnasium registration: ``toolgym/ToolSearch-v0``, ``toolgym/Decompose-v0``,
+``toolgym/Decompose-Mixture-v0`` (every source of the training mixture, each searched in its own
+library) and one id of each kind per bundled benchmark. Importing :mod:`toolgym.envs` registers them.
 
 The entry points take a dataset *name* (plus plain keyword options), never a corpus or index
 object: gymnasium deep-copies registered kwargs on every ``make``, and names keep that cheap
@@ -15,6 +16,7 @@ import gymnasium
 from toolgym.data.records import Task
 from toolgym.envs.actions import check_count
 from toolgym.envs.decomposition import DecompositionEnv
+from toolgym.envs.mixture import MixtureDecompositionEnv
 from toolgym.envs.resources import dataset_unavailable_reason, load_shared_dataset, register_dataset
 from toolgym.envs.tool_search import ToolSearchEnv
 from toolgym.envs.vector import MAX_NUM_ENVS, BatchedToolSearchVectorEnv
@@ -75,6 +77,38 @@ def make_decomposition_env(
     return DecompositionEnv(corpus, tasks, **kwargs)
 
 
+def make_mixture_decomposition_env(
+    sources: Any = None,
+    split: str | None = "train",
+    *,
+    seed: int = 0,
+    limit: int | None = None,
+    min_gold: int = 1,
+    **kwargs: Any,
+) -> MixtureDecompositionEnv:
+    """A :class:`~toolgym.envs.mixture.MixtureDecompositionEnv` on one part of a mixture: ``split``
+    ``"train"`` or ``"heldout"`` (``None``: train) of every source. ``sources`` is a fit config's
+    ``sources`` list (default: the project's five, :data:`toolgym.data.mixture.MIXTURE_SOURCES`),
+    split into parts with ``seed`` (a fit config's seed: 0 draws the held-out parts the mixture
+    retriever was evaluated on); at most ``limit`` tasks per source (a seeded sample), those with at
+    least ``min_gold`` gold tools. ``kwargs`` go to every source's :class:`DecompositionEnv`
+    (``retriever``, ``retriever_options``, ``k``, ``fusion``...).
+
+    ``split`` names the part because a trainer passes ``split="train"`` to its rollout envs and
+    ``split="heldout"`` to its evaluation env (``env.train_kwargs`` / ``env.eval_kwargs``)."""
+    from toolgym.data.mixture import MIXTURE_SOURCES
+    from toolgym.envs.mixture import mixture_sources
+
+    min_gold = check_count("min_gold", min_gold, 1)
+    part = "train" if split is None else split
+    parts = [(name, corpus, [t for t in tasks if len(t.gold) >= min_gold])
+             for name, corpus, tasks in mixture_sources(MIXTURE_SOURCES if sources is None else sources, part, seed, limit)]
+    empty = [name for name, _, tasks in parts if not tasks]
+    if empty:
+        raise ValueError(f"mixture source(s) {empty} have no {part} task with at least {min_gold} gold tools")
+    return MixtureDecompositionEnv(parts, **kwargs)
+
+
 def make_tool_search_vector_env(num_envs: int = 1, **kwargs: Any) -> BatchedToolSearchVectorEnv:
     """``num_envs`` tool-search envs (same arguments as :func:`make_tool_search_env`) with batched search.
 
@@ -125,7 +159,10 @@ def register_all() -> list[str]:
     ids = []
     _register(f"{NAMESPACE}/ToolSearch-v0", "make_tool_search_env", {"dataset": "seal_tools"}, vector=True)
     _register(f"{NAMESPACE}/Decompose-v0", "make_decomposition_env", {"dataset": "seal_tools", "min_gold": 2})
-    ids += [f"{NAMESPACE}/ToolSearch-v0", f"{NAMESPACE}/Decompose-v0"]
+    # every source of the project's mixture, 300 tasks each (about API-Bank's whole training part, so
+    # no source dominates a trainer's task order); split="heldout" for the held-out parts
+    _register(f"{NAMESPACE}/Decompose-Mixture-v0", "make_mixture_decomposition_env", {"limit": 300})
+    ids += [f"{NAMESPACE}/ToolSearch-v0", f"{NAMESPACE}/Decompose-v0", f"{NAMESPACE}/Decompose-Mixture-v0"]
     for suffix, (dataset, min_gold) in BENCHMARKS.items():
         env_id = f"{NAMESPACE}/ToolSearch-{suffix}-v0"
         _register(env_id, "make_tool_search_env", {"dataset": dataset}, vector=True)
@@ -164,7 +201,14 @@ def require_env_id(env_id: Any) -> str:
 
 def unavailable_reason(env_id: str) -> str | None:
     """``None`` if ``gymnasium.make(env_id)`` finds its data here, else why not (one line)."""
-    dataset = gymnasium.spec(env_id).kwargs.get("dataset")
+    spec = gymnasium.spec(env_id)
+    if spec.entry_point == "toolgym.envs.registry:make_mixture_decomposition_env":
+        from toolgym.data.mixture import MIXTURE_SOURCES
+
+        sources = spec.kwargs.get("sources") or MIXTURE_SOURCES
+        names = [s.get("dataset") for s in sources if isinstance(s, dict)]
+        return next((r for r in map(dataset_unavailable_reason, filter(None, names)) if r), None)
+    dataset = spec.kwargs.get("dataset")
     return dataset_unavailable_reason(dataset) if isinstance(dataset, str) else None
 
 

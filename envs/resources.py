@@ -1,4 +1,5 @@
-"""Process-wide caches: one index per (corpus, method, options), one dataset per (name, split).
+"""Process-wide caches: one index per (corpus, method, options), one dataset per (name, split),
+one loaded mixture per (sources, seed).
 
 Every environment built through ``gymnasium.make`` / ``make_vec`` in a process shares these,
 so 64 sub-environments hold one BM25 matrix or one faiss index, not 64. Datasets registered
@@ -16,6 +17,7 @@ _LOCK = threading.RLock()
 _INDEXES: dict[tuple, Any] = {}
 _DATASETS: dict[tuple[str, str | None], tuple[ToolCorpus, list[Task]]] = {}
 _CUSTOM: dict[str, tuple[ToolCorpus, list[Task]]] = {}
+_MIXTURES: dict[str, list[Any]] = {}
 
 
 def _freeze(options: dict[str, Any]) -> tuple:
@@ -95,6 +97,19 @@ def shared_dataset(name: str, split: str | None = None) -> tuple[ToolCorpus, lis
         return corpus, tasks
 
 
+def shared_mixture(sources: Any, seed: int = 0) -> list[Any]:
+    """The loaded sources of a mixture (:func:`toolgym.data.mixture.load_mixture`: each its corpus,
+    training and held-out part), loaded once per process per ``(sources, seed)``."""
+    from toolgym.data.mixture import load_mixture
+
+    key = f"{sources!r}|{seed!r}"
+    with _LOCK:
+        hit = _MIXTURES.get(key)
+        if hit is None:
+            hit = _MIXTURES[key] = load_mixture(sources, seed)
+        return hit
+
+
 class DatasetUnavailableError(FileNotFoundError):
     """A registered dataset whose files are not on this machine (e.g. UltraTool without ../shared)."""
 
@@ -151,3 +166,4 @@ def clear_caches() -> None:
     with _LOCK:
         _INDEXES.clear()
         _DATASETS.clear()
+        _MIXTURES.clear()

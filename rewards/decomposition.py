@@ -31,6 +31,7 @@ from toolgym.rewards.preference import (
 )
 
 # retrieve(queries, k) -> one ranked list per query: ids, or (id, score) pairs (needed by max_score).
+# A retrieve with ``takes_task = True`` (a mixture's) is called retrieve(queries, k, task=task).
 Retrieve = Callable[[list[str], int], list[list[Any]]]
 
 
@@ -76,7 +77,9 @@ class Counterfactual:
         check_group(trajectories, task)
         subtask_lists = [[s.strip() for s in (t.subtasks or []) if s.strip()] for t in trajectories]
         queries = list(dict.fromkeys([self.raw_text(task)] + [s for lst in subtask_lists for s in lst]))
-        results = self.retrieve(queries, self.k)
+        # a mixture's retrieve searches the library of the group's task (MixtureIndex.retriever)
+        by_task = {"task": task} if getattr(self.retrieve, "takes_task", False) else {}
+        results = self.retrieve(queries, self.k, **by_task)
         if len(results) != len(queries):
             raise ValueError(f"retrieve returned {len(results)} lists for {len(queries)} queries")
         ranked = {q: _split_scored(r) for q, r in zip(queries, results)}

@@ -18,7 +18,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
-from toolgym.data.config_keys import UnknownConfigKeyError, check_known_keys
+from toolgym.data.config_keys import UnknownConfigKeyError, check_known_keys, require  # noqa: F401  (require: re-exported)
 from toolgym.data.readers import (MAX_CONFIG_REFERENCES, check_finite_fields, check_override_shapes, read_yaml_mapping,
                                   yaml_references)
 from toolgym.agents.model import ModelConfig, check_device, model_source
@@ -485,12 +485,6 @@ def config_yaml(cfg: Any) -> str:
 def config_dict(cfg: Any) -> dict[str, Any]:
     """A config dataclass as plain JSON-able containers (summaries, checkpoints)."""
     return dataclasses.asdict(cfg)
-
-
-def require(ok: bool, key: str, value: Any, rule: str) -> None:
-    """The one shape of a range check's error: ``ValueError("key=value: rule")`` unless ``ok``."""
-    if not ok:
-        raise ValueError(f"{key}={value!r}: {rule}")
 
 
 def _is_mapping(value: Any) -> bool:
