@@ -89,6 +89,25 @@ def split_run_name(name: str) -> tuple[str, str | None]:
     return scheme, variant
 
 
+def set_decompose_env(args: argparse.Namespace) -> str:
+    """The decomposition env's name in ``ENVS``, after applying ``--decompose-env`` (a name there or
+    another env id), ``--decompose-eval-split`` and ``--decompose-retriever`` to its entry (training
+    and evaluation read the same entry, and a run's settings record it)."""
+    name = "decompose"
+    if args.decompose_env in DECOMPOSITION_ENVS:
+        name = args.decompose_env
+    elif args.decompose_env:
+        ENVS["decompose"] = {**ENVS["decompose"], "id": args.decompose_env}
+    if args.decompose_eval_split:
+        ENVS[name] = {**ENVS[name], "eval_split": args.decompose_eval_split}
+    if args.decompose_retriever:
+        if not Path(args.decompose_retriever).is_dir():
+            raise ValueError(f"--decompose-retriever {args.decompose_retriever}: no such model folder")
+        ENVS[name] = {**ENVS[name], "kwargs": {**ENVS[name]["kwargs"], "retriever": "hybrid",
+                                               "retriever_options": {"model": str(args.decompose_retriever)}}}
+    return name
+
+
 def env_settings(env_name: str, args: argparse.Namespace) -> dict[str, Any]:
     """What every run of one env shares; a run dir trained under other settings is not reused."""
     return {"env_id": ENVS[env_name]["id"], "env_kwargs": ENVS[env_name]["kwargs"],
@@ -908,8 +927,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decompose-schemes", nargs="*", default=DEFAULT_SCHEMES["decompose"])
     ap.add_argument("--decompose-env", default=None,
                     help="dialogue: the generated dialogues (toolgym/Decompose-Dialogue-v0, its test split held out; "
-                         "run files under <results>/dialogue/); or another decomposition env id")
+                         "run files under <results>/dialogue/); mixture: every source of the retriever's training "
+                         "mixture, each in its own library (toolgym/Decompose-Mixture-v0, held-out parts evaluated; "
+                         "<results>/mixture/); or another decomposition env id")
     ap.add_argument("--decompose-eval-split", default=None, help="its held-out split (e.g. test), default heldout")
+    ap.add_argument("--decompose-retriever", default=None, metavar="MODEL",
+                    help="a toolgym fit-retriever model folder: the decomposition env retrieves with the hybrid of BM25 "
+                         "and it (training reward and evaluation alike) instead of BM25")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="GRPO config overrides for every run, e.g. sampling.temperature=1.2 grpo.lr=2e-3")
     ap.add_argument("--out", default="runs/credit_schemes")
@@ -943,13 +967,10 @@ def main(argv: list[str] | None = None) -> int:
         if not (k.isdigit() and n.isdigit() and int(k) < int(n)):
             ap.error("--shard takes K/N with 0 <= K < N")
         shard = (int(k), int(n))
-    decompose_env = "decompose"
-    if args.decompose_env in DECOMPOSITION_ENVS:
-        decompose_env = args.decompose_env
-    elif args.decompose_env:
-        ENVS["decompose"] = {**ENVS["decompose"], "id": args.decompose_env}
-    if args.decompose_eval_split:
-        ENVS[decompose_env] = {**ENVS[decompose_env], "eval_split": args.decompose_eval_split}
+    try:
+        decompose_env = set_decompose_env(args)
+    except ValueError as e:
+        ap.error(str(e))
     from toolgym.rewards import get_reward, reward_names, scheme_names
 
     known = set(reward_names()) | set(scheme_names())

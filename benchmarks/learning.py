@@ -46,7 +46,11 @@ ENVS = {
 # (with the one-search warm start: 1 rollout in 96, docs/learning.md). Same prompts and turn limit as
 # ToolSearch-v0, so the ToolSearch warm start applies unchanged.
 ENVS["toolsearch_multi"] = {**ENVS["toolsearch"], "kwargs": {"max_turns": 4, "min_gold": 2}}
-DECOMPOSITION_ENVS = ("decompose", "dialogue")
+# every source of the retriever's training mixture, each task searched in its own library: the
+# decomposer must learn when splitting pays (multi-intent sources) and when it does not (single-intent)
+ENVS["mixture"] = {"id": "toolgym/Decompose-Mixture-v0", "kwargs": {"k": 10}, "max_new_tokens": 128,
+                   "stop_strings": [], "eval_split": "heldout"}
+DECOMPOSITION_ENVS = ("decompose", "dialogue", "mixture")
 RUNS = {
     "toolsearch_toolsearcher": ("toolsearch", {"name": "toolsearcher", "options": {}}),
     "decompose_counterfactual": ("decompose", {"name": "counterfactual", "options": {"k": 10}}),

@@ -406,3 +406,24 @@ def test_a_mean_aggregate_arm_equal_to_its_max_arm_names_the_multi_tool_discover
     assert "first finds ≥ 2 gold tools: 20.0% of the training discovery events" in got["cause"]
     kept = cs.train_rows([{"step": 0, "reward/esm/multi_tool_discovery_share": 0.25, "reward/esm/other": 1.0}])
     assert kept == [{"step": 0, "reward/esm/multi_tool_discovery_share": 0.25}]
+
+
+def test_the_mixture_decompose_env_trains_on_training_parts_and_retrieves_with_the_given_model(tmp_path, monkeypatch):
+    """``--decompose-env mixture --decompose-retriever MODEL``: training and evaluation read one entry."""
+    from benchmarks.learning import grpo_config
+
+    monkeypatch.setitem(cs.ENVS, "mixture", dict(cs.ENVS["mixture"]))  # restored after the test
+    model = tmp_path / "model"
+    model.mkdir()
+    args = argparse.Namespace(decompose_env="mixture", decompose_eval_split=None, decompose_retriever=str(model))
+    assert cs.set_decompose_env(args) == "mixture"
+    kwargs = cs.ENVS["mixture"]["kwargs"]
+    assert kwargs == {"k": 10, "retriever": "hybrid", "retriever_options": {"model": str(model)}}
+    cfg = grpo_config("mixture", {"name": "counterfactual", "options": {}}, "W", Path("r"), budget_s=None)
+    assert cfg.env.id == "toolgym/Decompose-Mixture-v0" and cfg.env.kwargs.retriever_options.model == str(model)
+    assert cfg.env.train_kwargs["split"] == "train" and cs.ENVS["mixture"]["eval_split"] == "heldout"
+    settings = cs.env_settings("mixture", argparse.Namespace(**{k: None for k in cs.SETTING_KEYS}))
+    assert settings["env_kwargs"]["retriever_options"]["model"] == str(model)  # a run of another model is refused
+    with pytest.raises(ValueError, match="no such model folder"):
+        cs.set_decompose_env(argparse.Namespace(decompose_env="mixture", decompose_eval_split=None,
+                                                decompose_retriever=str(tmp_path / "missing")))
