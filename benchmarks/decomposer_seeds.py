@@ -43,7 +43,7 @@ def per_query(ladder_path: str | Path) -> dict[str, dict[str, list[dict[str, Any
     """``{source: {rung: rows}}`` from a ladder results file's per-query file."""
     path = Path(ladder_path)
     payload = json.loads(path.read_text())
-    rows_path = ROOT / payload["per_query_file"] if not Path(payload["per_query_file"]).is_absolute() else Path(payload["per_query_file"])
+    rows_path = ROOT / payload["per_query_file"]  # an absolute path stays itself
     if not rows_path.exists():  # a ladder written elsewhere: its per-query file sits beside it
         rows_path = path.with_name(Path(payload["per_query_file"]).name)
     out: dict[str, dict[str, list[dict[str, Any]]]] = {}

@@ -76,12 +76,11 @@ def margin(parts: dict[str, list[dict[str, Any]]], fused: list[dict[str, Any]], 
 def library_cell(model: str, parts: Sequence[tuple[str, Any, Sequence[Any]]]) -> dict[str, Any]:
     """Every method on one union library: rows, means, the weights used, the margins."""
     from toolgym.retrieval import build_index
-    from toolgym.retrieval.models import hybrid_weight_for
+    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, read_model_settings
 
     corpus, tasks = union_library(parts)
-    weight, why = hybrid_weight_for(model, corpus.ids_hash, corpus.texts) or (None, "no model settings")
-    zero = hybrid_weight_for(model, "none of the training libraries", None)
-    zero_weight = zero[0] if zero is not None else None
+    settings = read_model_settings(model, HYBRID_SETTINGS_FILE, "bm25_weight") or {}
+    zero_weight = settings.get("zero_shot_bm25_weight")
     rows = {"bm25": query_rows(build_index(corpus, "bm25"), tasks),
             "dense": query_rows(build_index(corpus, "dense", model=model), tasks)}
     hybrid = build_index(corpus, "hybrid", model=model)
@@ -93,7 +92,7 @@ def library_cell(model: str, parts: Sequence[tuple[str, Any, Sequence[Any]]]) ->
     base = {"bm25": rows["bm25"], "dense": rows["dense"]}
     margins = {k: {m: margin(base, rows[k], m) for m in METRICS} for k in rows if k.startswith("hybrid")}
     return {"library": corpus.name, "tools": len(corpus), "queries": len(tasks), "weight": hybrid.bm25_weight,
-            "weight_from": why if weight is not None else hybrid.bm25_weight_source, "zero_shot_weight": zero_weight,
+            "weight_from": hybrid.bm25_weight_source, "zero_shot_weight": zero_weight,
             "means": means, "margins": margins, "holds": all(v["holds"] for v in margins["hybrid"].values()),
             "rows": rows}
 
@@ -125,15 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=100, help="held-out queries per source of each library")
     ap.add_argument("--no-report", action="store_true", help="print only")
     args = ap.parse_args(argv)
-    from benchmarks.retriever_mixture import load_mixture
+    from benchmarks.retriever_mixture import leave_one_out_models, load_mixture
 
     _, sources = load_mixture(Path(args.config), None)
     cells, models = [], []
-    for unseen in sources:
-        model = Path(args.runs) / f"minus_{unseen.name}" / "model"
-        if not model.is_dir():
-            print(f"skipping minus_{unseen.name}: no {model}", flush=True)
-            continue
+    for unseen, model in leave_one_out_models(Path(args.runs), sources):
         models.append({"model": str(model), "weights_sha256": weights_fingerprint(model)})
         for seen in sources:
             if seen.name == unseen.name:

@@ -81,6 +81,19 @@ def load_mixture(config: Path, limit: int | None, load: bool = True) -> tuple[An
     return cfg, load_sources(cfg) if load else []
 
 
+def leave_one_out_models(runs: Path, sources: list[Any]) -> list[tuple[Any, Path]]:
+    """``(source, runs/minus_<source>/model)`` for every source whose leave-one-out model is there
+    (the others are skipped, with a line saying so)."""
+    found = []
+    for s in sources:
+        model = runs / f"minus_{s.name}" / "model"
+        if model.is_dir():
+            found.append((s, model))
+        else:
+            print(f"skipping minus_{s.name}: no {model}", flush=True)
+    return found
+
+
 def run_one(name: str, args: argparse.Namespace, sources: list[Any], settings: dict[str, Any]) -> dict[str, Any]:
     out = Path(args.results)
     path = out / f"{name}.json"

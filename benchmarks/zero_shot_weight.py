@@ -33,18 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", default="runs/retriever_mixture", help="folder of the minus_<source> training runs")
     ap.add_argument("--queries", type=int, default=300)
     args = ap.parse_args(argv)
-    from benchmarks.retriever_mixture import load_mixture
+    from benchmarks.retriever_mixture import leave_one_out_models, load_mixture
 
     from toolgym.fitting.retriever import tune_hybrid_bm25_weight
     from toolgym.retrieval import build_index
 
     _, sources = load_mixture(Path(args.config), None)
     dev, used = [], []
-    for s in sources:
-        model = Path(args.runs) / f"minus_{s.name}" / "model"
-        if not model.is_dir():
-            print(f"skipping {s.name}: no {model}", flush=True)
-            continue
+    for s, model in leave_one_out_models(Path(args.runs), sources):
         tasks = random.Random(0).sample(list(s.train), min(args.queries, len(s.train)))
         lex, cos = build_index(s.corpus, "hybrid", model=str(model), bm25_weight=0.5).hybrid_score_rows(
             [t.context_text() for t in tasks])

@@ -49,18 +49,23 @@ class MixtureIndex:
         self.indexes = dict(indexes)
         self.source_of = source_of  # task id -> source name
 
-    def index_for(self, task: Task | str) -> Any:
+    def source_for(self, task: Task | str) -> str:
         task_id = task.id if isinstance(task, Task) else str(task)
         source = self.source_of.get(task_id)
         if source is None:
             raise ValueError(f"task {task_id[:200]!r} is in no source of this mixture")
-        return self.indexes[source]
+        return source
+
+    def index_for(self, task: Task | str) -> Any:
+        return self.indexes[self.source_for(task)]
 
     def retriever(self) -> Any:
+        by_source = {name: index.retriever() for name, index in self.indexes.items()}
+
         def retrieve(queries: Sequence[str], k: int, task: Task | str | None = None) -> list[list[tuple[str, float]]]:
             if task is None:
                 raise ValueError("a mixture's retrieve needs the task (each source searches its own library)")
-            return self.index_for(task).retriever()(queries, k)
+            return by_source[self.source_for(task)](queries, k)
 
         retrieve.takes_task = True  # type: ignore[attr-defined]
         return retrieve
@@ -106,7 +111,7 @@ class MixtureDecompositionEnv(gymnasium.Env[str, str]):
         self.index = MixtureIndex({n: e.index for n, e in self.envs.items()}, self.source_of)
         first = next(iter(self.envs.values()))
         self.observation_space, self.action_space = first.observation_space, first.action_space
-        self.k, self.fusion, self.split, self.render_mode = first.k, first.fusion, split, render_mode
+        self.render_mode = render_mode
         self.current: DecompositionEnv | None = None
 
     @property
