@@ -9,8 +9,10 @@ Tool search (``ToolSearch-*``):
 
 - :class:`ClauseSearchDemonstrator`: searches each clause of the request
   (:func:`~toolgym.retrieval.decompose.split_into_clauses`; the whole request when it does not
-  split), optionally with the category whose name overlaps the clause most, then submits the
-  top ``per_search`` ids of every search. Everything it submits appeared in a search result.
+  split), optionally with a category (bound to an env: the category of the library's best BM25
+  match for the clause, right for 86 % of the clauses of Seal-Tools' first 200 multi-tool training
+  tasks, where the category whose name shares the most words with the clause is right for 17 %),
+  then submits the top ``per_search`` ids of every search. Everything it submits appeared in a search result.
   Its variants (name flags) vary the *queries* the same task gets: ``rev`` searches the clauses
   last first, ``kw`` sends each clause's content words only (:func:`keyword_query`). Recorded
   side by side (``toolgym demos --per-task K``), they give a warm start several ways to search
@@ -37,8 +39,11 @@ class ClauseSearchDemonstrator:
     """Search every clause of the request (at most ``max_turns - 1`` searches), then submit the
     top ``per_search`` ids of each search, in order, without duplicates.
 
-    ``use_category``: add the best-overlapping category when the env's schema offers one
-    (``category_mode`` optional or required; required always gets one). ``with_request``: search
+    ``use_category``: add a category when the env's schema offers one (``category_mode`` optional or
+    required; required always gets one). Bound to an env (:meth:`bind_env`, as ``toolgym demos``
+    does), it is the category of the env's own top search result for the clause (what a searcher
+    that looked at the library first would narrow to; no gold is read); unbound, the category whose
+    name shares the most words with the clause (:func:`~toolgym.agents.scripted.guess_category`). ``with_request``: search
     the whole request first. ``reverse``: the clauses last first. ``keywords``: each clause's
     content words only (:func:`keyword_query`).
     """
@@ -54,6 +59,22 @@ class ClauseSearchDemonstrator:
         self.keywords = keywords
         flags = [f for f, on in (("cat", use_category), ("req", with_request), ("rev", reverse), ("kw", keywords)) if on]
         self.name = "_".join([f"clauses_top{per_search}", *flags])
+        self.env: Any = None
+
+    def bind_env(self, env: Any) -> None:
+        """Guess categories from ``env``'s own index (its top result's category) instead of by name."""
+        self.env = env
+
+    def category_for(self, query: str) -> str | None:
+        """The category this clause is searched in (``None`` when the schema offers none)."""
+        if not self.categories:
+            return None
+        if self.env is not None:
+            top = self.env.index.search(query, None, 1).ids
+            category = self.env.corpus[top[0]].category if top else None
+            if category in self.categories:
+                return category
+        return guess_category(query, self.categories)
 
     def reset(self, obs: str, info: dict[str, Any]) -> None:
         from toolgym.retrieval.decompose import split_into_clauses
@@ -78,8 +99,7 @@ class ClauseSearchDemonstrator:
             self.results.append(list(event.results))
         if len(self.results) < len(self.queries) and not info.get("invalid"):
             q = self.queries[len(self.results)]
-            category = guess_category(q, self.categories) if self.categories else None
-            return format_search(q, category, self.protocol)
+            return format_search(q, self.category_for(q), self.protocol)
         chosen: list[str] = []
         for ranking in self.results:
             for tool_id in ranking[: self.per_search]:

@@ -33,6 +33,7 @@ in each of two 1-thread processes at once, so two processes decode ~1.6x as many
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -48,7 +49,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs
 from benchmarks._report import RESULTS, host_info, markdown_table, weights_fingerprint  # noqa: E402
 from benchmarks.learning import DECOMPOSITION_ENVS, ENVS, evaluate, grpo_config  # noqa: E402
 
-TOOLSEARCH_ENVS = ("toolsearch", "toolsearch_multi")
+TOOLSEARCH_ENVS = ("toolsearch", "toolsearch_multi", "toolsearch_multi_cat")
 RUN_FILES = RESULTS / "credit_schemes"  # one committed file per finished (env, scheme, seed) run
 RUN_FORMAT = 2
 # held-out metrics of tool search per task (evaluate_per_task row keys) and how the tables name them
@@ -68,8 +69,10 @@ SETTING_KEYS = ("warm_start", "steps", "eval_every", "eval_tasks", "eval_batch",
                 "overrides")
 # A run named ``SCHEME+VARIANT`` trains SCHEME with this change of the training env and nothing else,
 # so it pairs with SCHEME's runs of the same seeds. ``curriculum``: ToolSearcher's category-constrained
-# schedule (CCTD: every search confined to one category for the first 30 % of the steps, then global
-# search; evaluation always searches globally).
+# schedule (CCTD: every search confined to one category for the first 30 % of the steps, then the
+# env's own search, global; evaluation always searches globally). Its ``after_mode`` is the env's
+# ``category_mode`` (``variant_options``): "off" on toolsearch_multi, "optional" on toolsearch_multi_cat,
+# so the schema after the constrained phase is the one the warm start learnt and the evaluation uses.
 # ``mean``: ESM credits a search that first finds several gold tools with the mean of their z, not the
 # max (the paper's choice; rewards.search.esm_turn_advantages): does max aggregation matter?
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -77,6 +80,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                                    "after_mode": "off"}}},
     "mean": {"reward_options": {"aggregate": "mean"}},
 }
+
+
+def variant_options(variant: str, env_name: str) -> dict[str, Any]:
+    """``VARIANTS[variant]`` for runs on ``env_name``: the curriculum's ``after_mode`` becomes the env's
+    ``category_mode`` (``"off"`` unless the env's kwargs set one)."""
+    options = copy.deepcopy(VARIANTS[variant])
+    curriculum = options.get("train_kwargs", {}).get("curriculum")
+    if curriculum is not None:
+        curriculum["after_mode"] = ENVS[env_name]["kwargs"].get("category_mode", "off")
+    return options
 
 
 def split_run_name(name: str) -> tuple[str, str | None]:
@@ -124,7 +137,7 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
     reward_name, variant = split_run_name(scheme)
     settings = {**env_settings(env_name, args), "scheme": scheme, "seed": seed}
     if variant is not None:
-        settings["variant"] = VARIANTS[variant]
+        settings["variant"] = variant_options(variant, env_name)
     results_dir = Path(getattr(args, "results_dir", None) or RUN_FILES)
     committed = run_file(env_name, scheme, seed, results_dir)
     if committed.exists() and "fingerprint" in warm:
@@ -148,7 +161,7 @@ def run_scheme(env_name: str, scheme: str, seed: int, args: argparse.Namespace, 
                           seed=seed, tasks_per_step=args.tasks_per_step, group_size=args.group_size,
                           overrides=args.overrides)
         if variant is not None:
-            apply_variant(cfg, variant)
+            apply_variant(cfg, variant, env_name)
         cfg.train.steps = step
         cfg.train.time_budget_s = None
         cfg.train.save_rollouts = True  # for `toolgym replay` (credit per turn type on the same rollouts)
@@ -228,12 +241,12 @@ def run_plan(wanted: dict[str, Sequence[str]], seeds: Sequence[int], counts: dic
             if i < counts.get(scheme, len(seeds))]
 
 
-def apply_variant(cfg: Any, variant: str) -> Any:
-    """Merge ``VARIANTS[variant]`` into a GRPO config: ``reward_options`` into ``reward.options``, any
-    other section into the training env's (``env.train_kwargs``...)."""
+def apply_variant(cfg: Any, variant: str, env_name: str) -> Any:
+    """Merge ``variant_options(variant, env_name)`` into a GRPO config: ``reward_options`` into
+    ``reward.options``, any other section into the training env's (``env.train_kwargs``...)."""
     from omegaconf import OmegaConf
 
-    for section, values in VARIANTS[variant].items():
+    for section, values in variant_options(variant, env_name).items():
         if section == "reward_options":
             cfg.reward.options = OmegaConf.create({**OmegaConf.to_container(cfg.reward.options), **values})
             continue

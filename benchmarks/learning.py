@@ -46,6 +46,10 @@ ENVS = {
 # (with the one-search warm start: 1 rollout in 96, docs/learning.md). Same prompts and turn limit as
 # ToolSearch-v0, so the ToolSearch warm start applies unchanged.
 ENVS["toolsearch_multi"] = {**ENVS["toolsearch"], "kwargs": {"max_turns": 4, "min_gold": 2}}
+# the same tasks with an optional category argument on search (the schema lists Seal-Tools' categories):
+# the env of a warm start whose demonstrations name categories (clauses_top1_cat...), where the
+# category curriculum (toolsearcher+curriculum) asks for something the policy can write
+ENVS["toolsearch_multi_cat"] = {**ENVS["toolsearch"], "kwargs": {"max_turns": 4, "min_gold": 2, "category_mode": "optional"}}
 # every source of the retriever's training mixture, each task searched in its own library: the
 # decomposer must learn when splitting pays (multi-intent sources) and when it does not (single-intent)
 ENVS["mixture"] = {"id": "toolgym/Decompose-Mixture-v0", "kwargs": {"k": 10}, "max_new_tokens": 128,

@@ -250,11 +250,19 @@ def test_a_variant_run_trains_its_base_scheme_with_the_curriculum_on_the_trainin
         cs.split_run_name("toolsearcher+warmup")
     cfg = grpo_config("toolsearch_multi", {"name": "toolsearcher", "options": {}}, "W", Path("r"), budget_s=None)
     before_eval = dict(cfg.env.eval_kwargs)
-    cs.apply_variant(cfg, "curriculum")
+    cs.apply_variant(cfg, "curriculum", "toolsearch_multi")
     assert cfg.env.train_kwargs.split == "train"  # merged into, not replaced
     assert cfg.env.train_kwargs.curriculum.constrained_mode == "required"
     assert cfg.env.train_kwargs.curriculum.required_fraction == 0.3
     assert dict(cfg.env.eval_kwargs) == before_eval  # evaluation searches globally, as for every scheme
+    assert cfg.env.train_kwargs.curriculum.after_mode == "off"  # then the env's own search: no category
+    assert cs.variant_options("curriculum", "toolsearch_multi") == cs.VARIANTS["curriculum"]  # older run files still pair
+    # where the env's search takes an optional category (a warm start that names categories), the
+    # constrained phase gives way to that optional search, the schema the evaluation shows
+    cat = grpo_config("toolsearch_multi_cat", {"name": "toolsearcher", "options": {}}, "W", Path("r"), budget_s=None)
+    assert cat.env.kwargs.category_mode == "optional"  # train and evaluation envs alike
+    cs.apply_variant(cat, "curriculum", "toolsearch_multi_cat")
+    assert cat.env.train_kwargs.curriculum.after_mode == "optional"
 
 
 def test_a_variant_pairs_with_its_base_scheme_and_a_changed_variant_is_refused(tmp_path):
@@ -374,7 +382,7 @@ def test_mean_variant_sets_the_esm_aggregate_and_nothing_else():
     cfg = learning.grpo_config("toolsearch_multi",
                                {"name": "toolsearcher", "options": {}}, "W", Path("r"), None)
     before = cfg.env.train_kwargs
-    cs.apply_variant(cfg, cs.split_run_name("toolsearcher+mean")[1])
+    cs.apply_variant(cfg, cs.split_run_name("toolsearcher+mean")[1], "toolsearch_multi")
     assert dict(cfg.reward.options) == {"aggregate": "mean"} and cfg.reward.name == "toolsearcher"
     assert cfg.env.train_kwargs == before
 
