@@ -57,6 +57,11 @@ METRICS = {"f1": "F1", "srecall": "SRecall", "match": "Match", "invalid_rate": "
 DECOMPOSE_METRICS = {"reward": "R_cf", "c10": "C@10", "ndcg5": "N@5", "invalid_rate": "invalid", "subtasks": "subtasks"}
 TURN_TYPES = ("first_discovery", "repeated_search", "search_nothing", "submit_all_gold_seen", "submit_gold_missing",
               "rejected")
+# ToolSearcher's ablation: removing ESM cost 11.9 F1 points on StableToolBench (the paper's largest
+# credit effect, one run, no error bar). Each ToolSearch comparison reports the seeds its own seed
+# spread would need to detect an effect that size.
+PAPER_ESM_EFFECT_F1 = 0.119
+
 REPLAY_SCHEMES = ("toolsearcher", "esm_only", "tca_only", "grpo_f1", "toolsearcher_valid")
 
 DEFAULT_SCHEMES = {
@@ -401,6 +406,15 @@ def seeds_to_detect(effect: float, seed_sd: float, alpha: float = 0.05, power: f
         if (stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * seed_sd / math.sqrt(n) <= abs(effect):
             return n
     return None
+
+
+def _seeds_for_paper_effect(sl: dict[str, Any]) -> str:
+    """The report cell: :func:`seeds_to_detect` of the paper's ESM effect at this pair's seed sd ("-" below
+    2 seeds, or when every seed gave the same difference: no spread to scale, e.g. a degenerate arm)."""
+    if not sl.get("sd"):
+        return "-"
+    n = seeds_to_detect(PAPER_ESM_EFFECT_F1, sl["sd"])
+    return str(n) if n is not None else "> 1000"
 
 
 def warm_by_task(runs: Sequence[dict[str, Any]], key: str) -> dict[int, list[float]]:
@@ -753,6 +767,7 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
     pairs = pairwise(schemes, keys)
     degenerate = degenerate_arms(schemes, list(names))
     pair_rows = []
+    paper_column = env_name in TOOLSEARCH_ENVS
     for p in pairs:
         sl = p[key0]["seed_level"]
         pair_rows.append([f"`{p['a']}` − {'`' + p['b'] + '`' if p['b'] != 'warm start' else 'warm start'}",
@@ -760,16 +775,21 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
                           " / ".join(f"{x:+.3f}" for x in p[key0]["per_seed"]),
                           _seed_pm(sl), f"{p[key0]['se']:.3f}",
                           *[_seed_pm(p[k]["seed_level"], mark=False) for k in keys[1:]],
-                          f"{sl['mde']:.3f}" if sl["mde"] is not None else "-"])
+                          f"{sl['mde']:.3f}" if sl["mde"] is not None else "-",
+                          *([_seeds_for_paper_effect(sl)] if paper_column else [])])
     parts.append(f"Scheme against scheme, **the seed as the unit**: each seed's mean {names[key0]} difference over the "
                  "held-out tasks is one draw (a trained model); their mean ± seed-level se with t and df, ✔ when it "
                  "clears 2 seed-level se. The task-paired se beside it (the task-to-task spread of the seed-pooled "
                  "difference) holds for these particular models only and marks nothing. Detectable: the smallest "
-                 "true difference these seeds find with 80 % power (two-sided t-test, α = 0.05).\n\n"
+                 "true difference these seeds find with 80 % power (two-sided t-test, α = 0.05)."
+                 + (f" Seeds for {PAPER_ESM_EFFECT_F1:.3f}: how many seeds, at this pair's seed sd, detect the paper's "
+                    f"ESM ablation effect ({PAPER_ESM_EFFECT_F1 * 100:.1f} F1 points) with 80 % power."
+                    if paper_column else "") + "\n\n"
                  + markdown_table(["A − B", "seeds", f"Δ {names[key0]} per seed",
                                    f"Δ {names[key0]} mean ± seed se (t, df)", "task-paired se",
                                    *[f"Δ {names.get(k, k)} ± seed se" for k in keys[1:]],
-                                   f"detectable Δ {names[key0]} (80 %)"], pair_rows))
+                                   f"detectable Δ {names[key0]} (80 %)",
+                                   *([f"seeds for {PAPER_ESM_EFFECT_F1:.3f}"] if paper_column else [])], pair_rows))
     unpaired = unpaired_pairs(schemes)
     if unpaired:
         parts.append("Not compared (no seed trained both): " + ", ".join(f"`{a}` / `{b}`" for a, b in unpaired) + ".")

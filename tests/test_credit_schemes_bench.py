@@ -188,6 +188,8 @@ def test_report_rebuilds_the_tables_from_the_files_alone(tmp_path):
     # per task: toolsearcher [1, .5, 0], grpo_f1 [0, .5, 0] -> d [1, 0, 0]: 1/3 ± (1/sqrt(3))/sqrt(3) = 1/3
     # per seed 2/3 and 0: mean 1/3 ± seed se (2/3)/√2/√2 = 1/3, t 1, df 1 (no ✔); the task-paired se beside it
     assert "+0.333 ± 0.333 (t 1.00, df 1) | 0.333 |" in row and "+0.667 / +0.000" in row and "✔" not in row
+    # the last cell: seeds that detect the paper's 0.119 at this pair's seed sd √2/3 (seeds_to_detect: 126)
+    assert "seeds for 0.119 |" in body and row.endswith("| 126 |")
     scheme_row = next(line for line in body.splitlines() if line.startswith("| `toolsearcher` | 0, 1"))
     assert "0.000 → 0.500" in scheme_row and "esm 0.50" in scheme_row
     assert (tmp_path / "toolsearch_multi.png").exists()
@@ -229,6 +231,7 @@ def test_a_decomposition_env_is_reported_on_its_own_metrics_without_turn_types(t
     scheme_row = next(line for line in body.splitlines() if line.startswith("| `counterfactual` | 0"))
     assert scheme_row.rstrip(" |").endswith("counterfactual 0.80")  # the term is named after the reward
     assert "R_cf" in body and "per turn type" not in body
+    assert "seeds for 0.119" not in body  # the paper's effect is a ToolSearch F1 effect
     assert "Largest R_cf gain over the warm start: `counterfactual`, +0.250 (1 seed) over seeds [0]" in body
 
 
