@@ -337,6 +337,12 @@ def load_run_files(root: Path | None = None) -> dict[str, list[dict[str, Any]]]:
 
 
 # -- paired comparisons ---------------------------------------------------------------------------
+def unit_of(run: dict[str, Any]) -> Any:
+    """The key a run pairs on: its seed; in a pooled report (:func:`load_pooled`) ``(warm start label, seed)``,
+    so runs pair only with runs of the same warm start and seed."""
+    return run.get("unit", int(run["seed"]))
+
+
 def final_by_task(runs: Sequence[dict[str, Any]], key: str) -> dict[int, list[float]]:
     """seed -> the final evaluation's per-task ``key`` (every run checked to cover the warm start's tasks, in order)."""
     out = {}
@@ -345,7 +351,7 @@ def final_by_task(runs: Sequence[dict[str, Any]], key: str) -> dict[int, list[fl
         rows = run["points"][-1]["rows"]
         if [r["task_id"] for r in rows] != ids:
             raise ValueError(f"{run['scheme']} seed {run['seed']}: final evaluation covers other tasks than the warm start")
-        out[int(run["seed"])] = [float(r[key]) for r in rows]
+        out[unit_of(run)] = [float(r[key]) for r in rows]
     return out
 
 
@@ -419,7 +425,7 @@ def _seeds_for_paper_effect(sl: dict[str, Any]) -> str:
 
 def warm_by_task(runs: Sequence[dict[str, Any]], key: str) -> dict[int, list[float]]:
     """The warm start's per-task ``key`` under every seed of ``runs`` (one evaluation: greedy, so the same)."""
-    return {int(r["seed"]): [float(x[key]) for x in r["warm"]["rows"]] for r in runs}
+    return {unit_of(r): [float(x[key]) for x in r["warm"]["rows"]] for r in runs}
 
 
 def pairwise(by_scheme: dict[str, list[dict[str, Any]]], keys: Sequence[str]) -> list[dict[str, Any]]:
@@ -441,7 +447,7 @@ def pairwise(by_scheme: dict[str, list[dict[str, Any]]], keys: Sequence[str]) ->
 
 def unpaired_pairs(by_scheme: dict[str, list[dict[str, Any]]]) -> list[tuple[str, str]]:
     """The scheme pairs :func:`pairwise` leaves out: no seed trained both (runs still missing)."""
-    seeds = {s: {int(r["seed"]) for r in runs} for s, runs in by_scheme.items()}
+    seeds = {s: {unit_of(r) for r in runs} for s, runs in by_scheme.items()}
     return [(a, b) for a, b in combinations(list(by_scheme), 2) if not seeds[a] & seeds[b]]
 
 
@@ -596,11 +602,11 @@ def degenerate_arms(schemes: dict[str, list[dict[str, Any]]], keys: Sequence[str
             shares = [float(v) for r in schemes[a] for v in weighted_terms(r["scheme"], r.get("credit_nonzero_share", {})).values()]
             cause = ("no weighted credit term was non-zero in any training group" if not any(shares) else
                      "its credit was non-zero, yet every greedy held-out output is the warm start's")
-            out.append({"a": a, "b": "the warm start", "seeds": sorted(int(r["seed"]) for r in schemes[a]), "cause": cause})
+            out.append({"a": a, "b": "the warm start", "seeds": sorted(unit_of(r) for r in schemes[a]), "cause": cause})
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            fa = {int(r["seed"]): r["points"][-1]["rows"] for r in schemes[a]}
-            fb = {int(r["seed"]): r["points"][-1]["rows"] for r in schemes[b]}
+            fa = {unit_of(r): r["points"][-1]["rows"] for r in schemes[a]}
+            fb = {unit_of(r): r["points"][-1]["rows"] for r in schemes[b]}
             seeds = sorted(fa.keys() & fb.keys())
             if not seeds or not all(same(fa[s], fb[s]) for s in seeds):
                 continue
@@ -872,6 +878,106 @@ def report(results_dir: Path | None = None, write: bool = True, png_dir: Path | 
 
 
 
+# -- several warm starts of one recipe, pooled ------------------------------------------------------
+POOLED_SECTION = "credit_schemes_pooled"
+
+
+def load_pooled(folders: Sequence[Path]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, Any]]]:
+    """The run files of several results folders, each one warm start of the same recipe, as one set whose
+    unit is (warm start, seed): every run gets ``unit = (label, seed)``, label ``W1``, ``W2``, … in the order
+    given, so a comparison pairs runs of the same warm start and seed only. Each folder must pass
+    :func:`load_run_files` (one warm start, one setting); across folders the settings (warm-start path aside)
+    and the held-out tasks must be the same, and no warm start may appear twice. Returns
+    (env -> runs, label -> {folder, fingerprint, warm mean})."""
+    envs: dict[str, list[dict[str, Any]]] = {}
+    warm_starts: dict[str, dict[str, Any]] = {}
+    settings: dict[str, tuple[str, str]] = {}
+    seen: dict[str, str] = {}
+    for i, folder in enumerate(folders, 1):
+        label = f"W{i}"
+        for env, runs in load_run_files(Path(folder)).items():
+            head = runs[0]
+            fingerprint = head["warm_start_fingerprint"]
+            if seen.setdefault(f"{env} {fingerprint}", str(folder)) != str(folder):
+                raise SystemExit(f"{env}: {folder} and {seen[f'{env} {fingerprint}']} hold the same warm start "
+                                 f"({fingerprint[:19]}…): pool distinct warm starts, or merge the folders")
+            key = json.dumps({**{k: v for k, v in head["settings"].items()
+                                 if k not in ("scheme", "seed", "variant", "warm_start")},
+                              "tasks": [r["task_id"] for r in head["warm"]["rows"]]}, sort_keys=True)
+            if env in settings and settings[env][0] != key:
+                raise SystemExit(f"{env}: {folder} ran other settings or held-out tasks than {settings[env][1]}; "
+                                 "only runs of one setting pool")
+            settings.setdefault(env, (key, str(folder)))
+            for run in runs:
+                run["unit"] = (label, int(run["seed"]))
+            envs.setdefault(env, []).extend(runs)
+            warm_starts.setdefault(label, {"folder": _shown(Path(folder)), "fingerprint": fingerprint, "warm": {}})
+            warm_starts[label]["warm"][env] = head["warm"]["mean"]
+    return envs, warm_starts
+
+
+def pooled_report(folders: Sequence[Path], write: bool = True, doc: Path | None = None) -> str:
+    """Scheme against the warm start and against scheme over the units of :func:`load_pooled`: per unit the
+    mean difference over the held-out tasks; their mean ± unit-level se (t, df = units − 1); beside it each
+    warm start's own mean. Units that share a warm start are not independent draws of the recipe (they
+    share it), and two or three warm starts cannot estimate that term apart from the seeds, so ✔ asks for
+    both: the mean clears 2 unit-level se, and every warm start's mean has its sign."""
+    import numpy as np
+
+    envs, warm_starts = load_pooled(folders)
+    parts = ["Warm starts pooled (one SFT build each of the same recipe and demonstrations; units are "
+             "(warm start, seed)):\n\n" + markdown_table(
+                 ["label", "folder", "fingerprint", "warm start on the held-out tasks"],
+                 [[label, f"`{w['folder']}`", f"`{w['fingerprint'][:19]}…`",
+                   "; ".join(", ".join(f"{lab} {m.get(k, float('nan')):.3f}" for k, lab in metric_names(env).items())
+                             for env, m in w["warm"].items())] for label, w in warm_starts.items()])]
+    summary: dict[str, Any] = {"warm_starts": warm_starts, "envs": {}}
+    for env_name, runs in envs.items():
+        names = metric_names(env_name)
+        key0 = next(iter(names))
+        pairs = pairwise(by_scheme(runs), [key0])
+        paper_column = env_name in TOOLSEARCH_ENVS
+        rows, out = [], []
+        for p in pairs:
+            d = p[key0]
+            units = d["seeds"]
+            sl = d["seed_level"]
+            per_warm = {}
+            for u, x in zip(units, d["per_seed"]):
+                per_warm.setdefault(u[0], []).append(x)
+            means = {w: float(np.mean(v)) for w, v in per_warm.items()}
+            agree = sl["mean"] != 0 and all(np.sign(m) == np.sign(sl["mean"]) for m in means.values())
+            clears = bool(sl["clears"] and agree)
+            cell = _seed_pm({**sl, "clears": False})  # the mark is set below, on both conditions
+            rows.append([f"`{p['a']}` − {'`' + p['b'] + '`' if p['b'] != 'warm start' else 'warm start'}",
+                         f"{len(units)} ({', '.join(f'{w}: {len(v)}' for w, v in per_warm.items())})",
+                         " / ".join(f"{w}s{s} {x:+.3f}" for (w, s), x in zip(units, d["per_seed"])),
+                         cell + (" ✔" if clears else ""),
+                         ", ".join(f"{w} {m:+.3f}" for w, m in means.items()),
+                         f"{sl['mde']:.3f}" if sl["mde"] is not None else "-",
+                         *([_seeds_for_paper_effect(sl)] if paper_column else [])])
+            out.append({"a": p["a"], "b": p["b"], "units": [list(u) for u in units], "per_unit": d["per_seed"],
+                        "seed_level": sl, "per_warm_start": means, "warm_starts_agree": bool(agree), "clears": clears})
+        parts.append(f"**{runs[0]['env_id']}** (`{env_name}`), {names[key0]} on the first {runs[0]['settings']['eval_tasks']} "
+                     "held-out tasks, **the unit is (warm start, seed)**: each unit's mean difference over the tasks is one "
+                     "draw; mean ± unit-level se (t, df); ✔ when it clears 2 unit-level se *and* every warm start's own "
+                     "mean has its sign (units of one warm start share it, so the se alone would overstate what "
+                     "two or three warm starts show). Detectable: the smallest true difference these units find with "
+                     "80 % power." + (f" Units for {PAPER_ESM_EFFECT_F1:.3f}: units needed at this spread for the paper's "
+                                     "ESM ablation effect." if paper_column else "") + "\n\n"
+                     + markdown_table(["A − B", "units (per warm start)", f"Δ {names[key0]} per unit",
+                                       f"Δ {names[key0]} mean ± unit se (t, df)", "mean per warm start",
+                                       f"detectable Δ {names[key0]} (80 %)",
+                                       *([f"units for {PAPER_ESM_EFFECT_F1:.3f}"] if paper_column else [])], rows))
+        summary["envs"][env_name] = out
+    body = "\n\n".join(parts)
+    if write:
+        (RESULTS / f"{POOLED_SECTION}.json").write_text(json.dumps(summary, indent=1) + "\n")
+        write_doc_section(body, doc=doc or LEARNING_DOC, section=POOLED_SECTION,
+                          command="--report --pool " + " ".join(_shown(Path(f)) for f in folders))
+    return body
+
+
 def warm_starts_elsewhere(env_name: str, runs: list[dict[str, Any]], results_dir: Path) -> dict[str, dict[str, Any]]:
     """The warm starts of ``env_name`` in the other committed results folders (``credit_schemes*``) whose
     fingerprint differs from this folder's: folder name -> one of its run files."""
@@ -938,6 +1044,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-start", default=None, help="warm-start model folder (`toolgym sft` RUN_DIR/model)")
     ap.add_argument("--report", action="store_true",
                     help="only rebuild the tables and figures (docs/learning.md) from the committed run files")
+    ap.add_argument("--pool", nargs="+", default=None, metavar="RESULTS_DIR",
+                    help="with --report: pool these results folders, each one warm start of the same recipe, with "
+                         "(warm start, seed) as the unit (docs/learning.md block credit_schemes_pooled)")
     ap.add_argument("--results-dir", default=None,
                     help=f"folder of the per-run files (default {RUN_FILES.relative_to(RESULTS.parent.parent)})")
     ap.add_argument("--fingerprint", default=None, metavar="MODEL_DIR",
@@ -987,6 +1096,14 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{args.replay_from}/rollouts holds no step_*.jsonl (train with train.save_rollouts=true)")
         strip_rollouts(src, results_dir / args.toolsearch_env / "replay_rollouts.jsonl")
         args.report = True
+    if args.pool and not args.report:
+        ap.error("--pool goes with --report")
+    if args.pool:
+        missing = [f for f in args.pool if not Path(f).is_dir()]
+        if missing:
+            ap.error(f"--pool: no such folder: {', '.join(missing)}")
+        print(pooled_report([Path(f) for f in args.pool], write=not args.no_report))
+        return 0
     if args.report:
         print(report(results_dir, write=not args.no_report, png_dir=Path(args.out) if args.no_report else None))
         return 0

@@ -307,6 +307,12 @@ def test_the_learning_doc_blocks_are_what_report_writes_from_the_committed_run_f
         assert block, f"docs/learning.md has no {section} block for {folder}"
         body = cs.report(folder, write=False, png_dir=tmp_path / folder.name)
         assert without_figures(body) == without_figures(block.group(1)), folder
+    # the pooled block: its folders are the ones its JSON names, in that order
+    pooled = json.loads((cs.RESULTS / f"{cs.POOLED_SECTION}.json").read_text())
+    block = re.search(rf"<!-- {cs.POOLED_SECTION}:start -->\n_[^\n]*_\n\n(.*?)\n<!-- {cs.POOLED_SECTION}:end -->", doc, re.S)
+    assert block and len(pooled["warm_starts"]) >= 2
+    body = cs.pooled_report([cs.RESULTS.parent.parent / w["folder"] for w in pooled["warm_starts"].values()], write=False)
+    assert body.strip() == block.group(1).strip()
 
 
 def test_another_results_folder_writes_its_own_doc_block(tmp_path):
@@ -438,3 +444,62 @@ def test_the_mixture_decompose_env_trains_on_training_parts_and_retrieves_with_t
     with pytest.raises(ValueError, match="no such model folder"):
         cs.set_decompose_env(argparse.Namespace(decompose_env="mixture", decompose_eval_split=None,
                                                 decompose_retriever=str(tmp_path / "missing")))
+
+
+def _write_folder(root, name, fingerprint, runs, settings=None):
+    folder = root / name / "toolsearch_multi"
+    folder.mkdir(parents=True)
+    for scheme, seed, warm, final in runs:
+        (folder / f"{scheme}_seed{seed}.json").write_text(
+            json.dumps(_run_file(scheme, seed, warm, final, fingerprint=fingerprint, settings=settings)))
+    return root / name
+
+
+def test_pooling_warm_starts_pairs_runs_of_the_same_warm_start_and_seed(tmp_path, monkeypatch):
+    monkeypatch.setattr(cs, "RESULTS", tmp_path)  # the summary file lands here, not in the repo
+    a = _write_folder(tmp_path, "a", "sha256:" + "a" * 64, [
+        ("toolsearcher", 0, [0, 0, 0], [1, 1, 1]), ("toolsearcher", 1, [0, 0, 0], [1, 0, 0]),
+        ("grpo_f1", 0, [0, 0, 0], [0, 0, 0]), ("grpo_f1", 1, [0, 0, 0], [0, 0, 0])])
+    b = _write_folder(tmp_path, "b", "sha256:" + "b" * 64, [
+        ("toolsearcher", 0, [0, 0, 0], [1, 1, 0]), ("grpo_f1", 0, [0, 0, 0], [0, 0, 0]),
+        ("grpo_f1", 1, [0, 0, 0], [1, 1, 1])])  # W2 seed 1: no toolsearcher run to pair with
+    body = cs.pooled_report([a, b], write=False)
+    row = next(line for line in body.splitlines() if line.startswith("| `toolsearcher` − `grpo_f1`"))
+    # units W1s0 1, W1s1 1/3, W2s0 2/3: mean 2/3, sd 1/3, se 1/(3√3) = .192, t 3.46, df 2; both warm starts +2/3
+    assert "| 3 (W1: 2, W2: 1) |" in row and "W1s0 +1.000 / W1s1 +0.333 / W2s0 +0.667" in row
+    assert "+0.667 ± 0.192 (t 3.46, df 2) ✔" in row and "W1 +0.667, W2 +0.667" in row
+    assert "| W1 | `" in body and "`sha256:aaaaaaaaaaaa…`" in body and "units for 0.119" in body
+    doc = tmp_path / "learning.md"
+    doc.write_text("# Learning\n")
+    summary = cs.pooled_report([a, b], doc=doc)  # the summary under RESULTS, the block into doc
+    got = json.loads((tmp_path / "credit_schemes_pooled.json").read_text())
+    pair = next(p for p in got["envs"]["toolsearch_multi"] if p["b"] == "grpo_f1")
+    assert pair["units"] == [["W1", 0], ["W1", 1], ["W2", 0]] and pair["clears"]
+    assert summary.strip() in doc.read_text() and "--report --pool" in doc.read_text()
+
+
+def test_pooled_mark_needs_every_warm_start_to_agree_in_sign(tmp_path):
+    a = _write_folder(tmp_path, "a", "sha256:" + "a" * 64,
+                      [("tca_only", s, [0, 0, 0], [1, 1, 1]) for s in (0, 1, 2)])
+    b = _write_folder(tmp_path, "b", "sha256:" + "b" * 64, [("tca_only", 0, [.01, .01, .01], [0, 0, 0])])
+    body = cs.pooled_report([a, b], write=False)
+    row = next(line for line in body.splitlines() if line.startswith("| `tca_only` − warm start"))
+    # units +1, +1, +1, -.01: mean .7475, sd .505, se .2525 -> clears 2 se, but W2's own mean is negative
+    assert "+0.748 ± 0.253 (t 2.96, df 3)" in row and "W1 +1.000, W2 -0.010" in row and "✔" not in row
+
+
+def test_pooling_refuses_one_warm_start_twice_or_two_settings(tmp_path):
+    runs = [("grpo_f1", 0, [0, 0, 0], [1, 0, 0])]
+    a = _write_folder(tmp_path, "a", "sha256:" + "a" * 64, runs)
+    same = _write_folder(tmp_path, "same", "sha256:" + "a" * 64, runs)
+    with pytest.raises(SystemExit, match="the same warm start"):
+        cs.pooled_report([a, same], write=False)
+    other = _write_folder(tmp_path, "other", "sha256:" + "c" * 64, runs,
+                          settings={"warm_start": "W", "steps": 4, "eval_every": 4, "eval_tasks": 3,
+                                    "tasks_per_step": 4, "group_size": 8, "overrides": []})
+    with pytest.raises(SystemExit, match="other settings"):
+        cs.pooled_report([a, other], write=False)
+    with pytest.raises(SystemExit):
+        cs.main(["--pool", str(a), str(other)])  # --pool goes with --report
+    with pytest.raises(SystemExit):
+        cs.main(["--report", "--pool", str(tmp_path / "nowhere")])

@@ -262,6 +262,17 @@ def credit_scheme_gains() -> dict[str, list[frozenset[str]]]:
                         values |= {f"{sign * sl['mean']:+.3f} ± {sl['se']:.3f}" for sign in (1, -1)}
                     for v in values:
                         out.setdefault(v, []).append(names)
+    pooled = RESULTS / "credit_schemes_pooled.json"  # several warm starts, the unit (warm start, seed)
+    if pooled.exists():
+        folders = [ROOT / w["folder"] for w in json.loads(pooled.read_text())["warm_starts"].values()]
+        for env, runs in cs.load_pooled(folders)[0].items():
+            key = next(iter(cs.metric_names(env)))
+            for pair in cs.pairwise(cs.by_scheme(runs), [key]):
+                sl = pair[key]["seed_level"]
+                if sl["se"] is not None:
+                    for sign in (1, -1):
+                        out.setdefault(f"{sign * sl['mean']:+.3f} ± {sl['se']:.3f}", []).append(
+                            comparison_names(pair["a"], pair["b"]))
     return out
 
 
