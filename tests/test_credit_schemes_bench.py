@@ -503,3 +503,17 @@ def test_pooling_refuses_one_warm_start_twice_or_two_settings(tmp_path):
         cs.main(["--pool", str(a), str(other)])  # --pool goes with --report
     with pytest.raises(SystemExit):
         cs.main(["--report", "--pool", str(tmp_path / "nowhere")])
+
+
+def test_training_runs_fix_the_mmap_threshold_before_anything_trains(monkeypatch):
+    import toolgym.trainers.allocator as allocator
+
+    calls = []
+    monkeypatch.setattr(allocator, "fix_mmap_threshold", lambda n: calls.append(n) or True)
+    with pytest.raises(SystemExit):  # an unknown scheme stops it after the threshold is set, before any run
+        cs.main(["--warm-start", "W", "--toolsearch-schemes", "no_such_scheme", "--decompose-schemes"])
+    assert calls == [1 << 20] == [cs.MMAP_THRESHOLD]
+    calls.clear()
+    with pytest.raises(SystemExit):  # a report trains nothing: the allocator is left alone
+        cs.main(["--report", "--pool", "/nonexistent"])
+    assert calls == []
