@@ -415,6 +415,12 @@ def seeds_to_detect(effect: float, seed_sd: float, alpha: float = 0.05, power: f
     return None
 
 
+def _pair_label(pair: dict[str, Any]) -> str:
+    """A report row's "A − B" cell (the warm start is not a scheme name, so not in code quotes)."""
+    b = pair["b"] if pair["b"] == "warm start" else f"`{pair['b']}`"
+    return f"`{pair['a']}` − {b}"
+
+
 def _seeds_for_paper_effect(sl: dict[str, Any]) -> str:
     """The report cell: :func:`seeds_to_detect` of the paper's ESM effect at this pair's seed sd ("-" below
     2 seeds, or when every seed gave the same difference: no spread to scale, e.g. a degenerate arm)."""
@@ -777,7 +783,7 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
     paper_column = env_name in TOOLSEARCH_ENVS
     for p in pairs:
         sl = p[key0]["seed_level"]
-        pair_rows.append([f"`{p['a']}` − {'`' + p['b'] + '`' if p['b'] != 'warm start' else 'warm start'}",
+        pair_rows.append([_pair_label(p),
                           len(p[key0]["seeds"]),
                           " / ".join(f"{x:+.3f}" for x in p[key0]["per_seed"]),
                           _seed_pm(sl), f"{p[key0]['se']:.3f}",
@@ -950,7 +956,7 @@ def pooled_report(folders: Sequence[Path], write: bool = True, doc: Path | None 
             agree = sl["mean"] != 0 and all(np.sign(m) == np.sign(sl["mean"]) for m in means.values())
             clears = bool(sl["clears"] and agree)
             cell = _seed_pm({**sl, "clears": False})  # the mark is set below, on both conditions
-            rows.append([f"`{p['a']}` − {'`' + p['b'] + '`' if p['b'] != 'warm start' else 'warm start'}",
+            rows.append([_pair_label(p),
                          f"{len(units)} ({', '.join(f'{w}: {len(v)}' for w, v in per_warm.items())})",
                          " / ".join(f"{w}s{s} {x:+.3f}" for (w, s), x in zip(units, d["per_seed"])),
                          cell + (" ✔" if clears else ""),
