@@ -205,3 +205,34 @@ def test_check_resume_says_what_differs(tmp_path):
     assert ckpt.check_resume(folder, _changed(train__steps=20))["step"] == 2
     with pytest.raises(ValueError, match=r"grpo\.lora\.r: 16 in the checkpoint, 8 now"):
         ckpt.check_resume(folder, _changed(grpo__lora__r=8))
+
+
+def test_a_ctrl_c_during_the_write_lands_after_the_checkpoint_is_whole(tmp_path):
+    """SIGINT inside ``torch.save`` used to surface as torch's zip-writer RuntimeError (a traceback, exit 1)."""
+    import signal
+
+    model, opt = _tiny_model_and_optimizer()
+
+    class InterruptedWhileSaved:
+        def state_dict(self):
+            os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, mid-write
+            return opt.state_dict()
+
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(tmp_path / "run", 2, model, InterruptedWhileSaved(), {"config": {}})
+    folder = ckpt.latest_checkpoint(tmp_path / "run")
+    assert folder.name == "step_000002" and ckpt.read_state(folder)["step"] == 2
+    assert sorted(p.name for p in folder.iterdir()) == sorted([ckpt.OPTIMIZER_FILE, ckpt.STATE_FILE, ckpt.WEIGHTS_FILE])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+
+
+def test_sigint_deferred_keeps_an_ignored_sigint_ignored():
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with ckpt.sigint_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -14,11 +14,15 @@ their own modules: atomic JSON in :mod:`toolgym.data.atomic`, ``metrics.jsonl`` 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import re
 import shutil
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +46,9 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: Any, 
 
     Every file is written into ``.tmp_step_<step>`` and fsynced before the folder is renamed into
     place. A failed write (a full disk, an exception) removes the temporary folder and keeps the
-    older checkpoints; a full disk is one ``OSError`` line saying "no space left"."""
+    older checkpoints; a full disk is one ``OSError`` line saying "no space left". A Ctrl-C during
+    the write is held until the checkpoint is in place, then raised: interrupted inside
+    ``torch.save`` it surfaced as torch's zip-writer ``RuntimeError`` instead of ``KeyboardInterrupt``."""
     import torch
 
     root = Path(run_dir) / "checkpoints"
@@ -50,12 +56,21 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: Any, 
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
+    with sigint_deferred():
+        _write_checkpoint(torch, tmp, final, model, optimizer, {**state, "step": step})
+    _fsync_folder(root)
+    for old in list_checkpoints(run_dir)[:-max(keep, 1)]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _write_checkpoint(torch: Any, tmp: Path, final: Path, model: Any, optimizer: Any, state: dict[str, Any]) -> None:
     try:
         tmp.mkdir()
         _save_synced(lambda f: torch.save(trainable_state(model), f), tmp / WEIGHTS_FILE)
         if optimizer is not None:
             _save_synced(lambda f: torch.save(optimizer.state_dict(), f), tmp / OPTIMIZER_FILE)
-        text = json.dumps({**state, "step": step}, indent=2, default=str)
+        text = json.dumps(state, indent=2, default=str)
         _save_synced(lambda f: f.write(text.encode("utf-8")), tmp / STATE_FILE)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -64,10 +79,29 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: Any, 
         if is_no_space(exc):
             raise no_space_error(final, "checkpoint", "the older checkpoints are kept") from None
         raise
-    _fsync_folder(root)
-    for old in list_checkpoints(run_dir)[:-max(keep, 1)]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+
+
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold SIGINT for the block and deliver it to the previous handler afterwards.
+
+    Only the main thread can set signal handlers; elsewhere the block runs unguarded. An ignored
+    SIGINT stays ignored; the default disposition becomes ``KeyboardInterrupt`` as Python's own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    if previous is None:  # a handler installed from C: Python cannot reinstall it, take the default
+        previous = signal.default_int_handler
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pending and previous is not signal.SIG_IGN:
+        if callable(previous):
+            previous(signal.SIGINT, None)
+        raise KeyboardInterrupt
 
 
 def _save_synced(write: Any, path: Path) -> None:
