@@ -10,6 +10,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 TOOL_CALL_STOP = "</tool_call>"
 PRECISIONS = ("auto", "bfloat16", "float32")
+BF16_SETTINGS = (True, False, "auto")  # a bf16-autocast switch: decoding.bf16_autocast decides "auto"
 ENGINES = ("auto", "lean", "generate")
 
 

@@ -88,3 +88,39 @@ def test_fit_reranker_trains_under_bf16(seal, tmp_path):
     assert [r["loss"] for r in rows if "loss" in r] and all(0 < r["loss"] < 10 for r in rows if "loss" in r)
     assert summary["config"]["precision"] == "bfloat16" and summary["stages"]["pointwise"]["steps"] == 2
     assert 0 <= summary["stages"]["pointwise"]["heldout"]["N@5"] <= 100
+
+
+# -- the bf16 autocast switches of `toolgym sft` (train.bf16) and GRPO (grpo.autocast_bf16) -------------
+@pytest.mark.parametrize("has_units", [True, False])
+def test_bf16_auto_autocasts_only_where_the_cpu_has_bf16_matrix_units(monkeypatch, has_units):
+    monkeypatch.setattr(decoding, "cpu_has_bf16_matmul", lambda: has_units)
+    assert decoding.bf16_autocast("auto", "cpu") is has_units
+    assert decoding.bf16_autocast(True, "cpu") is True and decoding.bf16_autocast(False, "cpu") is False
+
+
+@pytest.mark.parametrize("bad", ["yes", "bf16", "", 1, 0.5])
+def test_a_bf16_switch_other_than_true_false_auto_is_refused(bad):
+    with pytest.raises(ValueError, match="grpo.autocast_bf16 must be true, false or auto"):
+        decoding.bf16_autocast(bad, "cpu", "grpo.autocast_bf16")
+
+
+def test_grpo_trainer_decides_auto_once_from_the_cpu(monkeypatch):
+    from toolgym.trainers.grpo import GRPOTrainer
+
+    model = torch.nn.Linear(2, 2)
+    for has_units in (True, False):
+        monkeypatch.setattr(decoding, "cpu_has_bf16_matmul", lambda: has_units)
+        assert GRPOTrainer(model, {"autocast_bf16": "auto"}).autocast_bf16 is has_units
+
+
+def test_the_configs_load_auto_and_refuse_a_typo(tmp_path):
+    from toolgym.trainers.config import load_train_config
+    from toolgym.trainers.sft import load_sft_config
+
+    assert load_sft_config("configs/sft_toolsearch_multi.yaml").train.bf16 == "auto"
+    assert load_train_config("configs/quickstart.yaml").grpo.autocast_bf16 == "auto"
+    assert load_sft_config("configs/sft_quickstart.yaml", ["train.bf16=true"]).train.bf16 is True
+    with pytest.raises(ValueError, match="train.bf16"):
+        load_sft_config("configs/sft_quickstart.yaml", ["train.bf16=sometimes"])
+    with pytest.raises(ValueError, match="grpo.autocast_bf16"):
+        load_train_config("configs/quickstart.yaml", ["grpo.autocast_bf16=sometimes"])

@@ -22,7 +22,7 @@ from toolgym.data.config_keys import UnknownConfigKeyError, check_known_keys, re
 from toolgym.data.readers import (MAX_CONFIG_REFERENCES, check_finite_fields, check_override_shapes, read_yaml_mapping,
                                   yaml_references)
 from toolgym.agents.model import ModelConfig, check_device, model_source
-from toolgym.agents.policy import SamplingConfig
+from toolgym.agents.policy import BF16_SETTINGS, SamplingConfig
 from toolgym.trainers.allocator import MAX_MMAP_THRESHOLD
 
 T = TypeVar("T")
@@ -135,9 +135,11 @@ class GRPOConfig:
             ``alpha`` / ``dropout`` still load.)
         gradient_checkpointing (`bool`, defaults to `False`):
             Recompute activations in the backward pass (less memory, ~30% slower).
-        autocast_bf16 (`bool`, defaults to `False`):
+        autocast_bf16 (`bool` or ``"auto"``, defaults to `False`):
             Run the decoder of every log-prob pass under bfloat16 autocast (weights and the LM
-            head stay float32): ~1.6x faster forward+backward on CPUs with AVX512-BF16. Rollouts
+            head stay float32): ~1.6x faster forward+backward on CPUs with AVX512-BF16, ~70x
+            slower on CPUs without bf16 matrix units; ``auto`` autocasts only where they exist
+            (:func:`toolgym.agents.decoding.bf16_autocast`). Rollouts
             may sample in bf16 too (``sampling.precision``); on-policy updates take the old
             log-probs from the same pass.
         share_prompt_prefix (`bool`, defaults to `False`):
@@ -177,7 +179,7 @@ class GRPOConfig:
     logprob_chunk: int = 1024
     lora: dict[str, Any] | None = None
     gradient_checkpointing: bool = False
-    autocast_bf16: bool = False
+    autocast_bf16: bool | str = False
     tis_cap: float | None = None
     share_prompt_prefix: bool = False
     recompute_prompt: bool = False
@@ -191,6 +193,7 @@ class GRPOConfig:
         (``lr=.inf`` trained to all-NaN weights with exit 0), the LoRA scale too. Run at
         construction and again by :func:`validate` (a field may be set after construction)."""
         check_finite_fields(self, "grpo")
+        require(self.autocast_bf16 in BF16_SETTINGS, "grpo.autocast_bf16", self.autocast_bf16, "must be true, false or auto")
         require(self.lr >= 0, "grpo.lr", self.lr, "must be >= 0")
         require(self.clip_eps > 0, "grpo.clip_eps", self.clip_eps, "must be > 0")
         require(self.kl_coef >= 0, "grpo.kl_coef", self.kl_coef, "must be >= 0")

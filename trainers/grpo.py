@@ -29,6 +29,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
+from toolgym.agents.decoding import bf16_autocast
 from toolgym.trainers.config import GRPOConfig
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "TokenBatch", "clipped_surrogate", "grpo_token_loss", "inert_sequences", "kl_k3",
@@ -331,6 +332,8 @@ class GRPOTrainer:
             raise ValueError("grpo.lora is set but the model has no adapter: wrap it with apply_lora(model, lora) first")
         self.temperature = float(temperature) if temperature and temperature > 0 else 1.0
         self.model = model
+        device = next(model.parameters()).device
+        self.autocast_bf16 = bf16_autocast(cfg.autocast_bf16, device, "grpo.autocast_bf16")  # "auto" decided once
         self.ref_model = None
         if not self.uses_lora and cfg.kl_coef > 0:
             self.ref_model = copy.deepcopy(model).eval()
@@ -364,7 +367,7 @@ class GRPOTrainer:
     def _logprobs(self, model: Any, seqs: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
                   allowed: Sequence[Any] | None = None) -> list[torch.Tensor]:
         return response_logprobs(model, seqs, masks, self.config.logprob_chunk, self.temperature, allowed,
-                                 self.config.autocast_bf16, self.config.share_prompt_prefix,
+                                 self.autocast_bf16, self.config.share_prompt_prefix,
                                  self.config.pad_to_multiple, self.config.recompute_prompt)
 
     def is_on_policy(self, batch: TokenBatch) -> bool:
