@@ -22,8 +22,11 @@ from conftest import load_script  # noqa: E402
 ENV_ID, ENV_KWARGS = "toolgym/ToolSearch-v0", {"max_turns": 3}
 
 
-def fit_tool_calls(model, tokenizer, prompts, texts, steps=120, lr=1e-2):
-    """Teacher-force ``texts`` after every prompt (loss on the completion tokens only)."""
+def fit_tool_calls(model, tokenizer, prompts, texts, steps=600, lr=1e-2, target=0.08):
+    """Teacher-force ``texts`` after every prompt (loss on the completion tokens only) until the mean
+    loss is below ``target`` (at most ``steps``). The floor is ~0.03 (which of the texts comes next is
+    a coin the model cannot know); at 0.27, sampled at T 0.7, no completion parsed as a tool call on
+    an AVX2-only CPU, so the bar is a loss, not a step count (kernels differ between CPUs)."""
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     rows = [(p, tokenizer(t, add_special_tokens=False)["input_ids"] + [end]) for p in prompts for t in texts]
     length = max(len(p) + len(c) for p, c in rows)
@@ -42,6 +45,8 @@ def fit_tool_calls(model, tokenizer, prompts, texts, steps=120, lr=1e-2):
     for _ in range(steps):
         hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state[rows_i, cols_i]
         loss = torch.nn.functional.cross_entropy(model.lm_head(hidden), tgt)
+        if float(loss) < target:
+            break
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -172,7 +177,8 @@ def test_grpo_trainer_trains_through_toolgym_envs(tokenizer, tmp_path):
     prompts = [tok.apply_chat_template(r["prompt"], tools=[probe.search, probe.submit], tokenize=True,
                                        add_generation_prompt=True, return_dict=False) for r in rows]
     model = tiny_causal_lm(tok, seed=0, hidden_size=64)
-    assert fit_tool_calls(model, tok, prompts, texts) < 1.0
+    loss = fit_tool_calls(model, tok, prompts, texts)
+    assert loss < 0.08
 
     args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_steps=2, per_device_train_batch_size=8, num_generations=4,
                       temperature=0.7,  # sampled, yet the fitted call texts come out whole
@@ -269,7 +275,7 @@ def test_grpo_trainer_trains_decomposition_through_toolgym_envs(tokenizer, tmp_p
     kwargs["train_dataset"] = datasets.Dataset.from_list(rows)
     prompts = [tok.apply_chat_template(r["prompt"], tokenize=True, add_generation_prompt=True, return_dict=False) for r in rows]
     model = tiny_causal_lm(tok, seed=0, hidden_size=64)
-    fit_tool_calls(model, tok, prompts, answers + ["zebra quartz"])  # every answer after every prompt: a mixture
+    fit_tool_calls(model, tok, prompts, answers + ["zebra quartz"], steps=120, target=0.0)  # every answer after every prompt: a mixture
     args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, max_steps=2, per_device_train_batch_size=8, num_generations=4,
                       max_completion_length=64, learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="no",
                       seed=0, bf16=False, dataloader_num_workers=0, temperature=1.0)
