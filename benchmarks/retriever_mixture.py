@@ -141,7 +141,8 @@ def run_one(name: str, args: argparse.Namespace, sources: list[Any], settings: d
         result = {"run": name, "settings": settings, "trained_on": [sources[i].name for i in keep],
                   "weights_sha256": weights_fingerprint(model_dir), "train_summary": summary, "rows": rows,
                   "hybrid_weights": weights}
-    _save(path, result, args.commit, f"retriever_mixture: {name} ({settings['budget_minutes']} min)")
+    budget = "reference, untrained" if name in REFERENCES else f"{settings['budget_minutes']} min"  # a reference has no budget
+    _save(path, result, args.commit, f"retriever_mixture: {name} ({budget})")
     return result
 
 
