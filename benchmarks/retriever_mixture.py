@@ -229,10 +229,10 @@ def _shown(path: str | Path) -> str:
     return str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(path)
 
 
-def fusion_margins(results: list[dict[str, Any]]) -> dict[str, dict[str, tuple[float, float]]]:
-    """Per trained run and source: mean and standard error of the per-query C@10 difference between
-    the run's hybrid and the better (by mean) of BM25 (the ``bm25`` reference row) and the run's
-    dense index: how far the hybrid sits above or below its better part."""
+def fusion_margins(results: list[dict[str, Any]], metric: str = "C@10") -> dict[str, dict[str, tuple[float, float]]]:
+    """Per trained run and source: mean and standard error of the per-query ``metric`` difference
+    between the run's hybrid and the better (by mean of ``metric``) of BM25 (the ``bm25`` reference
+    row) and the run's dense index: how far the hybrid sits above or below its better part."""
     from toolgym.evaluation.evaluate import paired_gain
 
     bm25 = next((r for r in results if r["run"] == "bm25"), None)
@@ -245,9 +245,9 @@ def fusion_margins(results: list[dict[str, Any]]) -> dict[str, dict[str, tuple[f
         out[res["run"]] = {}
         for src, methods in res["rows"].items():
             parts = [bm25["rows"][src]["bm25"], methods["dense"]]
-            best = {r["task_id"]: r["C@10"] for r in max(parts, key=lambda rows: mean(rows, "C@10"))}
+            best = {r["task_id"]: r[metric] for r in max(parts, key=lambda rows: mean(rows, metric))}
             hybrid = methods["hybrid"]
-            gain = paired_gain([best[r["task_id"]] for r in hybrid], [r["C@10"] for r in hybrid])
+            gain = paired_gain([best[r["task_id"]] for r in hybrid], [r[metric] for r in hybrid])
             out[res["run"]][src] = (gain["gain"], gain["se"])
     return out
 
@@ -281,12 +281,13 @@ def report(results: list[dict[str, Any]], results_dir: str | Path = OUT) -> str:
               f"never trained on (no w: the packaged model's 0.44). Training budget "
               f"{' / '.join(f'{b:g}' for b in budgets) or 'none'} min per run, config `{s0['config']}`"
               + (f", {s0['limit']} tasks per source" if s0.get("limit") else "") + ".")
-    margins = fusion_margins(results)
     body = legend + "\n\n" + markdown_table(["trained on", "index", *sources], table)
-    if margins:
-        rows = [[run, *(f"{m[s][0]:+.1f} ± {m[s][1]:.1f}" for s in sources)] for run, m in margins.items()]
-        body += ("\n\nHybrid C@10 − the better of BM25 and the run's dense index (by mean), ± the paired se over "
-                 "the held-out queries:\n\n" + markdown_table(["trained on", *sources], rows))
+    for metric in ("C@10", "N@5"):
+        margins = fusion_margins(results, metric)
+        if margins:
+            rows = [[run, *(f"{m[s][0]:+.1f} ± {m[s][1]:.1f}" for s in sources)] for run, m in margins.items()]
+            body += (f"\n\nHybrid {metric} − the better of BM25 and the run's dense index (by mean), ± the paired se "
+                     "over the held-out queries:\n\n" + markdown_table(["trained on", *sources], rows))
     return body
 
 

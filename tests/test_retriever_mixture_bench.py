@@ -70,7 +70,12 @@ def test_fusion_margin_is_the_paired_difference_to_the_better_part():
     # dense (mean 66.7) is the better part; per-query differences 0, -100, +100: mean 0, se 57.7
     (m, se), = rm.fusion_margins(results)["all"].values()
     assert m == pytest.approx(0.0) and se == pytest.approx(100 / 3 ** 0.5)
-    assert "| all | +0.0 ± 57.7 |" in rm.report(results)
+    table = rm.report(results)
+    assert "| all | +0.0 ± 57.7 |" in table
+    # N@5 (half of C@10 in these rows) gets its own table: the same differences, halved
+    (m, se), = rm.fusion_margins(results, "N@5")["all"].values()
+    assert m == pytest.approx(0.0) and se == pytest.approx(50 / 3 ** 0.5)
+    assert table.index("Hybrid C@10 −") < table.index("Hybrid N@5 −") and "| all | +0.0 ± 28.9 |" in table
 
 
 def test_a_tuned_hybrid_is_never_clearly_below_its_better_part():
