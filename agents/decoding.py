@@ -35,10 +35,10 @@ from typing import Any, Hashable, Sequence
 import numpy as np
 import torch
 
-from toolgym.agents.policy import BF16_SETTINGS, Generation, SamplingConfig
+from toolgym.agents.policy import Generation, SamplingConfig, check_bf16_setting
 from toolgym.agents.sampling import sample_tokens
 
-__all__ = ["BF16_SETTINGS", "DecodeEngine", "KVCache", "LeanWeights", "bf16_autocast", "cpu_has_bf16_matmul", "lean_supported",
+__all__ = ["DecodeEngine", "KVCache", "LeanWeights", "bf16_autocast", "cpu_has_bf16_matmul", "lean_supported",
            "sampling_dtype"]
 
 SUPPORTED_TYPES = ("llama", "qwen2")
@@ -67,8 +67,7 @@ def bf16_autocast(setting: bool | str, device: torch.device | str, key: str = "b
     CPU without AVX512-BF16 or AMX, PyTorch multiplies bf16 matrices in a scalar fallback, ~70x
     slower than float32 on a 2-core AVX2 EPYC (576 x 1 536 products, one thread), so a config that
     says ``true`` there turns a 40-second training step into many minutes."""
-    if setting not in BF16_SETTINGS or not isinstance(setting, (bool, str)):
-        raise ValueError(f"{key} must be true, false or auto, got {setting!r}")
+    check_bf16_setting(setting, key)
     if setting == "auto":
         return sampling_dtype("auto", device) == torch.bfloat16
     return bool(setting)

@@ -14,6 +14,12 @@ BF16_SETTINGS = (True, False, "auto")  # a bf16-autocast switch: decoding.bf16_a
 ENGINES = ("auto", "lean", "generate")
 
 
+def check_bf16_setting(value: Any, key: str) -> None:
+    """A bf16-autocast switch is ``true``, ``false`` or ``"auto"`` (not 1, not "yes"): a ``ValueError`` naming ``key``."""
+    if not isinstance(value, (bool, str)) or value not in BF16_SETTINGS:
+        raise ValueError(f"{key} must be true, false or auto, got {value!r}")
+
+
 @dataclass
 class SamplingConfig:
     """How a policy samples one assistant turn.

@@ -41,7 +41,6 @@ def test_a_finished_run_is_read_back_and_other_settings_are_refused(tmp_path):
         rm.run_one("all", args, [], {**settings, "budget_minutes": 2.0})
 
 
-
 def test_a_new_reference_row_is_written_and_committed_without_a_budget(tmp_path, monkeypatch):
     """The reference row's settings have no budget: naming it in the commit message raised KeyError
     after the evaluation, so the row was never written."""
@@ -51,6 +50,7 @@ def test_a_new_reference_row_is_written_and_committed_without_a_budget(tmp_path,
     settings = {"budget_minutes": 12.0, "config": "c.yaml", "limit": None, "sources": []}
     rm.run_one("bm25", argparse.Namespace(results=str(tmp_path), commit=True), [], settings)
     assert saved == [("bm25.json", "retriever_mixture: bm25 (reference, untrained)")]
+
 
 def test_the_legend_names_the_trained_runs_budget_not_the_references():
     ref = {"run": "bm25", "settings": {"budget_minutes": 40.0, "config": "c.yaml"}, "trained_on": [],

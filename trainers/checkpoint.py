@@ -49,22 +49,22 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: Any, 
     older checkpoints; a full disk is one ``OSError`` line saying "no space left". A Ctrl-C during
     the write is held until the checkpoint is in place, then raised: interrupted inside
     ``torch.save`` it surfaced as torch's zip-writer ``RuntimeError`` instead of ``KeyboardInterrupt``."""
-    import torch
-
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
     with sigint_deferred():
-        _write_checkpoint(torch, tmp, final, model, optimizer, {**state, "step": step})
+        _write_checkpoint(tmp, final, model, optimizer, {**state, "step": step})
     _fsync_folder(root)
     for old in list_checkpoints(run_dir)[:-max(keep, 1)]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def _write_checkpoint(torch: Any, tmp: Path, final: Path, model: Any, optimizer: Any, state: dict[str, Any]) -> None:
+def _write_checkpoint(tmp: Path, final: Path, model: Any, optimizer: Any, state: dict[str, Any]) -> None:
+    import torch
+
     try:
         tmp.mkdir()
         _save_synced(lambda f: torch.save(trainable_state(model), f), tmp / WEIGHTS_FILE)
@@ -98,9 +98,11 @@ def sigint_deferred() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if pending and previous is not signal.SIG_IGN:
-        if callable(previous):
-            previous(signal.SIGINT, None)
+    if not pending or previous is signal.SIG_IGN:
+        return
+    if callable(previous):  # Python's default_int_handler raises KeyboardInterrupt itself
+        previous(signal.SIGINT, None)
+    else:  # SIG_DFL
         raise KeyboardInterrupt
 
 

@@ -22,7 +22,7 @@ from toolgym.data.config_keys import UnknownConfigKeyError, check_known_keys, re
 from toolgym.data.readers import (MAX_CONFIG_REFERENCES, check_finite_fields, check_override_shapes, read_yaml_mapping,
                                   yaml_references)
 from toolgym.agents.model import ModelConfig, check_device, model_source
-from toolgym.agents.policy import BF16_SETTINGS, SamplingConfig
+from toolgym.agents.policy import SamplingConfig, check_bf16_setting
 from toolgym.trainers.allocator import MAX_MMAP_THRESHOLD
 
 T = TypeVar("T")
@@ -193,7 +193,7 @@ class GRPOConfig:
         (``lr=.inf`` trained to all-NaN weights with exit 0), the LoRA scale too. Run at
         construction and again by :func:`validate` (a field may be set after construction)."""
         check_finite_fields(self, "grpo")
-        require(self.autocast_bf16 in BF16_SETTINGS, "grpo.autocast_bf16", self.autocast_bf16, "must be true, false or auto")
+        check_bf16_setting(self.autocast_bf16, "grpo.autocast_bf16")
         require(self.lr >= 0, "grpo.lr", self.lr, "must be >= 0")
         require(self.clip_eps > 0, "grpo.clip_eps", self.clip_eps, "must be > 0")
         require(self.kl_coef >= 0, "grpo.kl_coef", self.kl_coef, "must be >= 0")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from toolgym.trainers.config import MAX_SEED, ModelConfig, check_lora_numbers, config_dict, load_config, require
-from toolgym.agents.policy import BF16_SETTINGS
+from toolgym.agents.policy import check_bf16_setting
 from toolgym.trainers.console import verbose
 from toolgym.data.atomic import write_text_atomic
 
@@ -111,7 +111,7 @@ class SFTTrainConfig:
         require(self.max_steps == -1 or self.max_steps >= 1, "train.max_steps", self.max_steps,
               "must be >= 1, or -1 to let train.epochs decide")
         require(self.lr >= 0, "train.lr", self.lr, "must be >= 0")
-        require(self.bf16 in BF16_SETTINGS, "train.bf16", self.bf16, "must be true, false or auto")
+        check_bf16_setting(self.bf16, "train.bf16")
         require(self.batch_size >= 1, "train.batch_size", self.batch_size, "must be >= 1")
         require(self.grad_accum >= 1, "train.grad_accum", self.grad_accum, "must be >= 1")
         require(0 <= self.warmup_ratio <= 1, "train.warmup_ratio", self.warmup_ratio, "must be in [0, 1]")
