@@ -166,10 +166,29 @@ def test_a_worker_killed_mid_step_loses_and_duplicates_nothing(cluster):
         backend.shutdown()
 
 
+class SlowRetrievalServer(RetrievalServer):
+    """Each index call takes 50 ms more, so requests sent together arrive while the first batch runs.
+    With the real index (a BM25 call well under a millisecond) eight requests could each finish before
+    the next arrived: 8 batches, and the test failed on a clean clone once."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.index = SlowIndex(self.index)
+
+
+class SlowIndex:
+    def __init__(self, index):
+        self.index = index
+
+    def search_batch(self, *args, **kwargs):
+        time.sleep(0.05)
+        return self.index.search_batch(*args, **kwargs)
+
+
 def test_retrieval_server_batches_concurrent_requests_with_unchanged_results(cluster):
     env = gymnasium.make(ENV_ID, **ENV_KWARGS)
     index = env.unwrapped.index
-    server = ray.remote(RetrievalServer).options(max_concurrency=100, num_cpus=0).remote(ENV_ID, ENV_KWARGS)
+    server = ray.remote(SlowRetrievalServer).options(max_concurrency=100, num_cpus=0).remote(ENV_ID, ENV_KWARGS)
     queries = [f"{w} information" for w in ("weather", "stock", "movie", "flight", "recipe", "music", "news", "hotel")]
     refs = [server.search_batch.remote([q], None, 5) for q in queries]  # all in flight at once
     got = [r[0] for r in ray.get(refs)]
