@@ -13,8 +13,8 @@ columns: evaluated on) in docs/benchmarks.md from those files alone. Not run in 
 Each file records, per source, the BM25 weight its hybrid index used and why
 (``hybrid_weights``: the weight tuned for the encoder on a library it trained on, its zero-shot
 weight on the left-out one). ``--reevaluate`` brings finished runs up to the current rule without
-training: a model folder saved before ``fit-retriever`` recorded its training libraries, or with
-another zero-shot weight than its config now gives, is re-tuned (deterministic: the same set-aside
+training: a model folder saved before ``fit-retriever`` recorded its training libraries or a weight
+per library, or with another zero-shot weight than its config now gives, is re-tuned (deterministic: the same set-aside
 queries give the same weight, checked) so that it records them, and every source whose hybrid
 weight now differs from the one in the file is evaluated again.
 
@@ -173,7 +173,7 @@ def reevaluate(path: Path, args: argparse.Namespace, sources: list[Any]) -> list
     from toolgym.fitting.retriever import FitRetrieverConfig, retune_hybrid_weight
     from toolgym.retrieval import build_index
     from toolgym.retrieval.index import hybrid_bm25_weight
-    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, read_model_settings
+    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, LIBRARY_WEIGHTS_KEY, read_model_settings
     from toolgym.trainers.config import load_config
 
     result = json.loads(path.read_text())
@@ -191,7 +191,7 @@ def reevaluate(path: Path, args: argparse.Namespace, sources: list[Any]) -> list
         run_dir = model_dir.parent
         cfg = load_config(FitRetrieverConfig, run_dir.with_suffix(".yaml"), [f"output_dir={run_dir}", "progress=false"])
         saved = read_model_settings(model_dir, HYBRID_SETTINGS_FILE, "bm25_weight")
-        if saved is not None and ("trained_corpora" not in saved
+        if saved is not None and ("trained_corpora" not in saved or LIBRARY_WEIGHTS_KEY not in saved
                                   or saved.get("zero_shot_bm25_weight") != cfg.zero_shot_bm25_weight):
             before = saved["bm25_weight"]
             after = retune_hybrid_weight(cfg, evaluate=False)["hybrid_bm25_weight"]
@@ -252,6 +252,14 @@ def fusion_margins(results: list[dict[str, Any]], metric: str = "C@10") -> dict[
     return out
 
 
+def per_library(result: dict[str, Any]) -> bool:
+    """Whether ``result``'s hybrid rows used a weight per training library (``library_weights``)."""
+    from toolgym.retrieval.models import IN_DOMAIN_LIBRARY
+
+    prefix = IN_DOMAIN_LIBRARY.split("{")[0]
+    return any(v["from"].startswith(prefix) for v in result.get("hybrid_weights", {}).values())
+
+
 def report(results: list[dict[str, Any]], results_dir: str | Path = OUT) -> str:
     """The matrix from the run files alone: one row per (run, method), one column per evaluated source."""
     from toolgym.retrieval.models import ZERO_SHOT
@@ -270,8 +278,8 @@ def report(results: list[dict[str, Any]], results_dir: str | Path = OUT) -> str:
             steps = res.get("train_summary", {}).get("steps")  # runs differ: the budget is wall time
             w = res.get("train_summary", {}).get("hybrid_bm25_weight")  # tuned for this encoder on set-aside queries
             zero = sorted({v["bm25_weight"] for v in res.get("hybrid_weights", {}).values() if v["from"] == ZERO_SHOT})
-            label = method + (f" (w = {w:g}" + "".join(f"; zero-shot {z:g}" for z in zero) + ")"
-                              if method == "hybrid" and w is not None else "")
+            label = method + (f" ({'w per library' if per_library(res) else f'w = {w:g}'}"
+                              + "".join(f"; zero-shot {z:g}" for z in zero) + ")" if method == "hybrid" and w is not None else "")
             table.append([res["run"] + (f" ({steps} steps)" if steps is not None else ""), label, *cells])
     s0 = results[0]["settings"]
     budgets = sorted({r["settings"]["budget_minutes"] for r in results if r["run"] not in REFERENCES})
@@ -282,6 +290,13 @@ def report(results: list[dict[str, Any]], results_dir: str | Path = OUT) -> str:
               f"{' / '.join(f'{b:g}' for b in budgets) or 'none'} min per run, config `{s0['config']}`"
               + (f", {s0['limit']} tasks per source" if s0.get("limit") else "") + ".")
     body = legend + "\n\n" + markdown_table(["trained on", "index", *sources], table)
+    with_libraries = [r for r in results if per_library(r)]
+    if with_libraries:
+        rows = [[r["run"], *(f"**{r['hybrid_weights'][s]['bm25_weight']:g}**" if s not in r["trained_on"]
+                             else f"{r['hybrid_weights'][s]['bm25_weight']:g}" for s in sources)] for r in with_libraries]
+        body += ("\n\nThe hybrid's BM25 weight per source (w per library): on a library the model trained on, the weight "
+                 "`fit-retriever` tuned on that library's set-aside training queries; bold: the zero-shot weight.\n\n"
+                 + markdown_table(["trained on", *sources], rows))
     for metric in ("C@10", "N@5"):
         margins = fusion_margins(results, metric)
         if margins:

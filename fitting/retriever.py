@@ -195,30 +195,37 @@ def set_aside_dev(sources: Sequence[Any], cfg: Any) -> dict[str, list]:
 def tune_and_save_hybrid_weight(model_dir: str | Path, sources: Sequence[Any], dev: dict[str, list],
                                 grid: Sequence[float], zero_shot_bm25_weight: float = ZERO_SHOT_BM25_WEIGHT) -> dict[str, Any]:
     """Tune the BM25 weight of ``model_dir``'s hybrid on the set-aside queries (one scoring pass per
-    source) and write it beside the weights (``toolgym_hybrid.json``) with the libraries it is for
-    (``trained_corpora``: each training source's ``ToolCorpus.ids_hash``), the weight for every
-    other corpus (``zero_shot_bm25_weight``) and the training tools (``trained_tool_hashes``, for
-    corpora that share some: :func:`~toolgym.retrieval.models.overlap_bm25_weight`); returns what was written (empty, and nothing written,
-    when no source set queries aside)."""
+    source): pooled over the sources (``bm25_weight``) and per source on its own queries
+    (``library_weights``: each library's weight and tools, so a corpus that shares some of them
+    mixes the weights by :func:`~toolgym.retrieval.models.overlap_bm25_weight`). Written beside the
+    weights (``toolgym_hybrid.json``) with the libraries they are for (``trained_corpora``: each
+    training source's ``ToolCorpus.ids_hash``) and the weight for every other corpus
+    (``zero_shot_bm25_weight``); returns what was written (empty, and nothing written, when no
+    source set queries aside)."""
     from toolgym.retrieval import build_index
-    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, TRAINED_TOOLS_KEY, check_unit_weight, trained_tool_hashes
+    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, LIBRARY_WEIGHTS_KEY, check_unit_weight, trained_tool_hashes
 
     zero_shot = check_unit_weight("zero_shot_bm25_weight", zero_shot_bm25_weight)
 
-    rows = []
+    rows = {}
     for s in sources:
         if dev.get(s.name):
             lex, cos = build_index(s.corpus, "hybrid", model=str(model_dir), bm25_weight=0.5).hybrid_score_rows(
                 [t.context_text() for t in dev[s.name]])
-            rows.append((dev[s.name], s.corpus.ids, lex, cos))
+            rows[s.name] = (dev[s.name], s.corpus.ids, lex, cos)
     if not rows:
         return {}
-    w, table = tune_hybrid_bm25_weight(rows, grid)
+    w, table = tune_hybrid_bm25_weight(list(rows.values()), grid)
+    # One weight per library, by the same rule on its own set-aside queries: where the dense index
+    # leads (MetaTool, UltraTool) the pooled weight gave away up to 4 N@5 to the BM25 share that
+    # Seal-Tools needs. A library without set-aside queries keeps the pooled weight.
+    libraries = {s.name: {"bm25_weight": tune_hybrid_bm25_weight([rows[s.name]], grid)[0] if s.name in rows else w,
+                          # the library's tools, so a corpus sharing some of them gets that library's weight for them
+                          "tool_hashes": trained_tool_hashes(s.corpus.texts())}
+                 for s in sources}
     tuning = {"bm25_weight": w, "trained_corpora": {s.name: s.corpus.ids_hash for s in sources},
               "zero_shot_bm25_weight": zero_shot, "tuned_on": {name: len(d) for name, d in dev.items()},
-              "objective": HYBRID_OBJECTIVE, "grid": table,
-              # every training library's tools, so a corpus that shares some of them gets a weight between the two
-              TRAINED_TOOLS_KEY: trained_tool_hashes(t for s in sources for t in s.corpus.texts())}
+              "objective": HYBRID_OBJECTIVE, "grid": table, LIBRARY_WEIGHTS_KEY: libraries}
     (Path(model_dir) / HYBRID_SETTINGS_FILE).write_text(json.dumps(tuning, indent=2) + "\n")
     return tuning
 

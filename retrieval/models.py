@@ -112,8 +112,10 @@ def saved_hybrid_bm25_weight(model: str | None) -> float | None:
 
 
 IN_DOMAIN, ZERO_SHOT = "model folder", "model folder, zero-shot"
+IN_DOMAIN_LIBRARY = "model folder, tuned on {library}"  # a training library with its own weight
 PARTLY_SEEN = "model folder, {share:.0%} of the tools seen"  # the label's pattern for a partly-seen corpus
 TRAINED_TOOLS_KEY = "trained_tool_hashes"
+LIBRARY_WEIGHTS_KEY = "library_weights"  # {library: {bm25_weight, tool_hashes}}: one weight per training library
 
 
 def tool_text_hash(text: str) -> str:
@@ -134,34 +136,74 @@ def seen_share(trained: str, texts: Sequence[str]) -> float:
     return sum(tool_text_hash(t) in seen for t in texts) / len(texts) if texts else 0.0
 
 
-def overlap_bm25_weight(share: float, in_domain: float, zero_shot: float) -> float:
-    """The hybrid BM25 weight for a corpus whose tools the encoder saw in training in share ``share``:
+def overlap_bm25_weight(seen: Sequence[tuple[float, float]], zero_shot: float) -> float:
+    """The hybrid BM25 weight for a corpus some of whose tools the encoder saw in training:
 
-        w(f) = f · w_in + (1 − f) · w_zero
+        w = Σ_L f_L · w_L + (1 − Σ_L f_L) · w_zero
 
-    ``w_in`` was tuned where every tool was seen and ``w_zero`` where none was; a query of a partly
-    seen corpus looks for a seen tool with probability f (tools equally likely), so the weight moves
-    linearly between the two. Why: keyed on the exact library alone, a corpus sharing 42 % of its
-    tools with a training library got the zero-shot weight, and its hybrid fell 4.1 C@10 below its
-    own fine-tuned dense part."""
-    return share * in_domain + (1.0 - share) * zero_shot
+    over the training libraries L, ``seen`` = ``(f_L, w_L)``: the share of the corpus's tools that
+    come from L and the weight tuned on L's set-aside queries; ``w_zero`` was tuned where no tool was
+    seen. A query of such a corpus looks for one of L's tools about f_L of the time (tools equally
+    likely), so each part of the library brings its own weight. Why: keyed on the exact library alone,
+    a corpus sharing 42 % of its tools with a training library got the zero-shot weight, and its hybrid
+    fell 4.1 C@10 below its own fine-tuned dense part; with one weight for all training libraries, a
+    library where the dense index leads (MetaTool, UltraTool) got the BM25 share that Seal-Tools needs."""
+    total = sum(f for f, _ in seen)
+    if not 0.0 <= total <= 1.0 + 1e-9:
+        raise ValueError(f"the seen shares must sum to at most 1, got {total}")
+    return sum(f * w for f, w in seen) + max(0.0, 1.0 - total) * zero_shot
+
+
+def _library_weights(path: Path, value: object) -> dict[str, tuple[float, set[str]]]:
+    """``library_weights`` of a hybrid settings file as ``{name: (w, tool hashes)}``, checked."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: {LIBRARY_WEIGHTS_KEY} must map library names to {{bm25_weight, tool_hashes}}")
+    out = {}
+    for name, entry in value.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("tool_hashes"), str):
+            raise ValueError(f"{path}: {LIBRARY_WEIGHTS_KEY}[{name!r}] needs a bm25_weight and one string of tool hashes")
+        w = check_unit_weight(f"{path}: {LIBRARY_WEIGHTS_KEY}[{name!r}].bm25_weight", entry.get("bm25_weight"))
+        out[str(name)] = (w, set(entry["tool_hashes"].split()))
+    return out
+
+
+def _library_shares(libraries: dict[str, tuple[float, set[str]]], texts: Sequence[str]) -> list[tuple[float, float]]:
+    """``(f_L, w_L)`` per training library L: the share of ``texts`` first found in L (file order, so a
+    tool two libraries hold counts once)."""
+    counts = dict.fromkeys(libraries, 0)
+    for text in texts:
+        h = tool_text_hash(text)
+        owner = next((name for name, (_, hashes) in libraries.items() if h in hashes), None)
+        if owner is not None:
+            counts[owner] += 1
+    n = max(len(texts), 1)
+    return [(counts[name] / n, w) for name, (w, _) in libraries.items() if counts[name]]
 
 
 def hybrid_weight_for(model: str | None, corpus_ids_hash: str,
                       tool_texts: Callable[[], Sequence[str]] | None = None) -> tuple[float, str] | None:
     """The hybrid BM25 weight a fine-tuned encoder folder saved for the corpus whose
-    ``ToolCorpus.ids_hash`` is ``corpus_ids_hash``, and which of its two weights that is.
+    ``ToolCorpus.ids_hash`` is ``corpus_ids_hash``, and where it comes from.
 
-    ``toolgym fit-retriever`` saves two: ``bm25_weight``, tuned on set-aside queries of the libraries
-    it trained on, for a corpus among them (:data:`IN_DOMAIN`); and ``zero_shot_bm25_weight`` for
-    any other corpus (:data:`ZERO_SHOT`). Why two: on a library it never saw, the encoder is weaker
-    than on its own, so the weight tuned in-domain leans too far towards it (docs/retrieval.md,
-    "Per-encoder weight"). For a corpus that is not one of them but shares tools with them (the file
-    lists the training tools, :data:`TRAINED_TOOLS_KEY`, and ``tool_texts`` gives the corpus's
-    texts), :func:`overlap_bm25_weight` of the two by the share seen (:data:`PARTLY_SEEN`). A file
-    without ``trained_corpora`` (written before) gives ``bm25_weight`` for every corpus, one without
-    the tool list the zero-shot weight for every other corpus. ``None``: no file, or ``model`` is not
-    a folder."""
+    ``toolgym fit-retriever`` saves one weight per training library (:data:`LIBRARY_WEIGHTS_KEY`,
+    each tuned on that library's set-aside queries, with the library's tools), the weight tuned on
+    all of them together (``bm25_weight``) and ``zero_shot_bm25_weight`` for a corpus it never
+    trained on (:data:`ZERO_SHOT`). Why several: on a library it never saw the encoder is weaker
+    than on its own, so a weight tuned in-domain leans too far towards it; and among its training
+    libraries, those where the dense index leads need less BM25 than those where BM25 leads
+    (docs/retrieval.md, "Per-encoder weight").
+
+    - A training library gets its own weight (``"model folder, tuned on <library>"``), or
+      ``bm25_weight`` when the file has none for it (:data:`IN_DOMAIN`).
+    - Any other corpus whose tools the encoder partly saw (``tool_texts`` gives its texts):
+      :func:`overlap_bm25_weight` over the libraries its tools come from (:data:`PARTLY_SEEN`).
+      A file with only the pooled tool list (:data:`TRAINED_TOOLS_KEY`, written before) mixes
+      ``bm25_weight`` and the zero-shot weight by the share seen.
+    - A corpus with no seen tool, or no ``tool_texts``: the zero-shot weight.
+
+    A file without ``trained_corpora`` (written before) gives ``bm25_weight`` for every corpus, one
+    without a tool list the zero-shot weight for every other corpus. ``None``: no file, or ``model``
+    is not a folder."""
     found = _hybrid_settings(model)
     if found is None:
         return None
@@ -172,17 +214,28 @@ def hybrid_weight_for(model: str | None, corpus_ids_hash: str,
         return weight, IN_DOMAIN
     if not isinstance(trained, dict) or not all(isinstance(v, str) for v in trained.values()):
         raise ValueError(f"{path}: trained_corpora must map source names to corpus id hashes")
-    if corpus_ids_hash in trained.values():
+    libraries = settings.get(LIBRARY_WEIGHTS_KEY)
+    libraries = None if libraries is None else _library_weights(path, libraries)
+    own = next((name for name, h in trained.items() if h == corpus_ids_hash), None)
+    if own is not None:
+        if libraries and own in libraries:
+            return libraries[own][0], IN_DOMAIN_LIBRARY.format(library=own)
         return weight, IN_DOMAIN
     if "zero_shot_bm25_weight" not in settings:
         raise ValueError(f"{path}: trained_corpora without a zero_shot_bm25_weight")
     zero_shot = check_unit_weight(f"{path}: zero_shot_bm25_weight", settings["zero_shot_bm25_weight"])
-    trained_tools = settings.get(TRAINED_TOOLS_KEY)
-    if trained_tools is None or tool_texts is None:
+    if tool_texts is None:
         return zero_shot, ZERO_SHOT
-    if not isinstance(trained_tools, str):
-        raise ValueError(f"{path}: {TRAINED_TOOLS_KEY} must be one string of tool hashes")
-    share = seen_share(trained_tools, tool_texts())
+    if libraries:
+        seen = _library_shares(libraries, tool_texts())
+    else:
+        trained_tools = settings.get(TRAINED_TOOLS_KEY)
+        if trained_tools is None:
+            return zero_shot, ZERO_SHOT
+        if not isinstance(trained_tools, str):
+            raise ValueError(f"{path}: {TRAINED_TOOLS_KEY} must be one string of tool hashes")
+        seen = [(seen_share(trained_tools, tool_texts()), weight)]
+    share = sum(f for f, _ in seen)
     if share == 0.0:
         return zero_shot, ZERO_SHOT
-    return overlap_bm25_weight(share, weight, zero_shot), PARTLY_SEEN.format(share=share)
+    return overlap_bm25_weight(seen, zero_shot), PARTLY_SEEN.format(share=share)

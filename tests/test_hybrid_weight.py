@@ -174,7 +174,7 @@ def test_a_loss_within_two_paired_standard_errors_is_no_shortfall():
 
 
 def test_a_partly_seen_corpus_gets_the_weight_between_in_domain_and_zero_shot(tmp_path):
-    """A library built from two bundled ones: 40 Seal-Tools tools the encoder trained on and 60
+    """A settings file with one pooled tool list (written before per-library weights). A library built from two bundled ones: 40 Seal-Tools tools the encoder trained on and 60
     MetaTool tools it did not. w = f·w_in + (1 − f)·w_zero with f = 0.4 (by hand: 0.4·0.2 + 0.6·0.6 = 0.44);
     the training library itself keeps w_in and an unseen one w_zero."""
     from toolgym.data import load_dataset
@@ -186,7 +186,7 @@ def test_a_partly_seen_corpus_gets_the_weight_between_in_domain_and_zero_shot(tm
         "trained_tool_hashes": trained_tool_hashes(seal.texts())}))
     mixed = ToolCorpus(list(seal.tools[:40]) + list(meta.tools[:60]), name="partly seen")
     w, source = hybrid_weight_for(str(tmp_path), mixed.ids_hash, mixed.texts)
-    assert w == pytest.approx(0.44) == pytest.approx(overlap_bm25_weight(0.4, 0.2, 0.6))
+    assert w == pytest.approx(0.44) == pytest.approx(overlap_bm25_weight([(0.4, 0.2)], 0.6))
     assert source == "model folder, 40% of the tools seen"
     assert hybrid_weight_for(str(tmp_path), seal.ids_hash, seal.texts) == (0.2, "model folder")
     assert hybrid_weight_for(str(tmp_path), meta.ids_hash, meta.texts) == (0.6, "model folder, zero-shot")
@@ -205,3 +205,98 @@ def test_a_tool_list_that_is_not_one_string_is_refused(tmp_path):
         "trained_tool_hashes": ["0123456789ab"]}))
     with pytest.raises(ValueError, match="one string of tool hashes"):
         hybrid_weight_for(str(tmp_path), "not-abc", lambda: ["a tool"])
+
+
+def _library_settings(tmp_path, libraries, pooled=0.2, zero_shot=0.35):
+    from toolgym.retrieval.models import trained_tool_hashes
+
+    (tmp_path / HYBRID_SETTINGS_FILE).write_text(json.dumps({
+        "bm25_weight": pooled, "zero_shot_bm25_weight": zero_shot,
+        "trained_corpora": {name: corpus.ids_hash for name, (corpus, _) in libraries.items()},
+        "library_weights": {name: {"bm25_weight": w, "tool_hashes": trained_tool_hashes(corpus.texts())}
+                            for name, (corpus, w) in libraries.items() if w is not None}}))
+
+
+def test_each_training_library_gets_its_own_weight_and_a_mixed_corpus_mixes_them(tmp_path):
+    """Seal-Tools tuned to 0.5, MetaTool to 0.05, API-Bank never trained on (zero-shot 0.35). A corpus of
+    40 Seal-Tools, 30 MetaTool and 30 API-Bank tools: by hand 0.4·0.5 + 0.3·0.05 + 0.3·0.35 = 0.32."""
+    from toolgym.data import load_dataset
+    from toolgym.retrieval.models import hybrid_weight_for, overlap_bm25_weight
+
+    seal, meta, bank = (load_dataset(n).corpus for n in ("seal_tools", "metatool", "api_bank"))
+    _library_settings(tmp_path, {"seal_tools": (seal, 0.5), "metatool": (meta, 0.05)})
+    mixed = ToolCorpus(list(seal.tools[:40]) + list(meta.tools[:30]) + list(bank.tools[:30]), name="mixed")
+    w, source = hybrid_weight_for(str(tmp_path), mixed.ids_hash, mixed.texts)
+    assert w == pytest.approx(0.32) == pytest.approx(overlap_bm25_weight([(0.4, 0.5), (0.3, 0.05)], 0.35))
+    assert source == "model folder, 70% of the tools seen"
+    assert hybrid_weight_for(str(tmp_path), seal.ids_hash, seal.texts) == (0.5, "model folder, tuned on seal_tools")
+    assert hybrid_weight_for(str(tmp_path), meta.ids_hash, meta.texts) == (0.05, "model folder, tuned on metatool")
+    assert hybrid_weight_for(str(tmp_path), bank.ids_hash, bank.texts) == (0.35, "model folder, zero-shot")
+    # A tool two training libraries hold counts once, for the first library the file lists.
+    both = ToolCorpus(list(seal.tools[:10]), name="copy")
+    _library_settings(tmp_path, {"seal_tools": (seal, 0.5), "again": (both, 0.1)})
+    assert hybrid_weight_for(str(tmp_path), both.ids_hash + "-other", both.texts)[0] == pytest.approx(0.5)
+
+
+def test_a_training_library_without_its_own_weight_keeps_the_pooled_one(tmp_path):
+    from toolgym.data import load_dataset
+    from toolgym.retrieval.models import hybrid_weight_for
+
+    seal, meta = load_dataset("seal_tools").corpus, load_dataset("metatool").corpus
+    _library_settings(tmp_path, {"seal_tools": (seal, 0.5), "metatool": (meta, None)}, pooled=0.25)
+    assert hybrid_weight_for(str(tmp_path), meta.ids_hash, meta.texts) == (0.25, "model folder")
+
+
+@pytest.mark.parametrize("libraries, match", [
+    (["a"], "library_weights must map"),
+    ({"a": {"bm25_weight": 0.2}}, "needs a bm25_weight and one string of tool hashes"),
+    ({"a": {"bm25_weight": 0.2, "tool_hashes": ["0123456789ab"]}}, "one string of tool hashes"),
+    ({"a": {"bm25_weight": 1.5, "tool_hashes": ""}}, r"library_weights\['a'\].bm25_weight must be .*\[0, 1\]"),
+    ({"a": {"tool_hashes": ""}}, r"bm25_weight must be .*\[0, 1\], got None"),
+])
+def test_hostile_library_weights_are_refused_with_the_file_named(tmp_path, libraries, match):
+    from toolgym.retrieval.models import hybrid_weight_for
+
+    (tmp_path / HYBRID_SETTINGS_FILE).write_text(json.dumps({
+        "bm25_weight": 0.2, "trained_corpora": {"a": "abc"}, "zero_shot_bm25_weight": 0.6, "library_weights": libraries}))
+    with pytest.raises(ValueError, match=match) as err:
+        hybrid_weight_for(str(tmp_path), "not-abc", lambda: ["a tool"])
+    assert HYBRID_SETTINGS_FILE in str(err.value)
+
+
+def test_seen_shares_above_one_are_refused():
+    from toolgym.retrieval.models import overlap_bm25_weight
+
+    assert overlap_bm25_weight([], 0.35) == pytest.approx(0.35)
+    assert overlap_bm25_weight([(0.5, 0.1), (0.5, 0.3)], 0.9) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        overlap_bm25_weight([(0.7, 0.1), (0.5, 0.3)], 0.9)
+
+
+def test_fit_saves_a_weight_per_library_tuned_on_its_own_set_aside_queries(tmp_path):
+    """The real path: the packaged MiniLM (a copy, so the settings land beside it), two bundled libraries
+    with 20 set-aside queries each; each library's saved weight is the one the same rule picks on its
+    queries alone, and an index over that library uses it."""
+    from types import SimpleNamespace
+
+    from toolgym.data import load_dataset
+    from toolgym.fitting.retriever import tune_and_save_hybrid_weight
+    from toolgym.retrieval.models import minilm_path, trained_tool_hashes
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for f in minilm_path().iterdir():
+        (model / f.name).symlink_to(f, target_is_directory=f.is_dir())
+    sources = [SimpleNamespace(name=n, corpus=d.corpus, tasks=d.tasks[:20])
+               for n, d in ((n, load_dataset(n)) for n in ("api_bank", "metatool"))]
+    grid = [0.0, 0.25, 0.5, 0.75, 1.0]
+    saved = tune_and_save_hybrid_weight(model, sources, {s.name: s.tasks for s in sources}, grid, 0.35)
+    assert json.loads((model / HYBRID_SETTINGS_FILE).read_text()) == saved
+    for s in sources:
+        index = build_index(s.corpus, "hybrid", model=str(model), cache_dir=tmp_path / "cache")
+        lex, cos = index.hybrid_score_rows([t.context_text() for t in s.tasks])
+        alone, _ = tune_hybrid_bm25_weight([(s.tasks, s.corpus.ids, lex, cos)], grid)
+        entry = saved["library_weights"][s.name]
+        assert entry == {"bm25_weight": alone, "tool_hashes": trained_tool_hashes(s.corpus.texts())}
+        assert (index.bm25_weight, index.bm25_weight_source) == (alone, f"model folder, tuned on {s.name}")
+    assert saved["bm25_weight"] in grid and saved["zero_shot_bm25_weight"] == 0.35

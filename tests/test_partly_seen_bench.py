@@ -46,10 +46,10 @@ def test_a_partly_seen_library_gets_w_f_and_every_row(tmp_path, parts):
     bank = parts[0][1]
     (model / HYBRID_SETTINGS_FILE).write_text(json.dumps({
         "bm25_weight": 0.2, "trained_corpora": {"api_bank": bank.ids_hash}, "zero_shot_bm25_weight": 0.6,
-        "trained_tool_hashes": trained_tool_hashes(bank.texts())}))
+        "library_weights": {"api_bank": {"bm25_weight": 0.3, "tool_hashes": trained_tool_hashes(bank.texts())}}}))
     cell = ps.library_cell(str(model), parts)
     share = len(bank) / cell["tools"]
-    assert cell["weight"] == pytest.approx(overlap_bm25_weight(share, 0.2, 0.6))
+    assert cell["weight"] == pytest.approx(overlap_bm25_weight([(share, 0.3)], 0.6))  # API-Bank's own weight, not 0.2
     assert cell["weight_from"] == f"model folder, {share:.0%} of the tools seen" and cell["zero_shot_weight"] == 0.6
     assert set(cell["rows"]) == {"bm25", "dense", "hybrid", "hybrid at the zero-shot weight"}
     assert all(len(v) == 12 for v in cell["rows"].values())

@@ -98,7 +98,7 @@ def test_reevaluate_redoes_only_the_sources_whose_hybrid_weight_changed(tmp_path
     from benchmarks._report import weights_fingerprint
     from toolgym.data.records import Task
     from toolgym.retrieval.corpus import Tool, ToolCorpus
-    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, minilm_path
+    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, minilm_path, trained_tool_hashes
 
     def corpus(name, words):
         return ToolCorpus([Tool(id=f"{name}{i}", name=w, description=f"Tool to {w}.", category="c")
@@ -114,7 +114,8 @@ def test_reevaluate_redoes_only_the_sources_whose_hybrid_weight_changed(tmp_path
     for f in minilm_path().iterdir():
         (model / f.name).symlink_to(f, target_is_directory=f.is_dir())
     (model / HYBRID_SETTINGS_FILE).write_text(json.dumps(
-        {"bm25_weight": 0.2, "trained_corpora": {"a": a.ids_hash}, "zero_shot_bm25_weight": 0.6}))
+        {"bm25_weight": 0.2, "trained_corpora": {"a": a.ids_hash}, "zero_shot_bm25_weight": 0.6,
+         "library_weights": {"a": {"bm25_weight": 0.2, "tool_hashes": trained_tool_hashes(a.texts())}}}))
     (tmp_path / "run.yaml").write_text("zero_shot_bm25_weight: 0.6\n")  # the run's config: the same zero-shot weight
     fake = {"task_id": "old", "C@10": -1.0, "N@5": -1.0}
     result = {"run": "minus_b", "settings": {"budget_minutes": 1.0, "config": "c.yaml"}, "trained_on": ["a"], "weights_sha256": weights_fingerprint(model),
@@ -127,10 +128,11 @@ def test_reevaluate_redoes_only_the_sources_whose_hybrid_weight_changed(tmp_path
     got = json.loads(path.read_text())
     assert got["rows"]["a"] == result["rows"]["a"] and got["rows"]["b"]["dense"] == [fake]
     assert [r["task_id"] for r in got["rows"]["b"]["hybrid"]] == ["qb", "qc"]
-    assert got["hybrid_weights"] == {"a": {"bm25_weight": 0.2, "from": "model folder"},
+    assert got["hybrid_weights"] == {"a": {"bm25_weight": 0.2, "from": "model folder, tuned on a"},
                                      "b": {"bm25_weight": 0.6, "from": "model folder, zero-shot"}}
     assert rm.reevaluate(path, args, sources) == []  # already at the current weights
-    assert "hybrid (w = 0.2; zero-shot 0.6)" in rm.report([got])
+    shown = rm.report([got])
+    assert "hybrid (w per library; zero-shot 0.6)" in shown and "| minus_b | 0.2 | **0.6** |" in shown
     (model / "model.safetensors").unlink()  # another model in the folder: refused, not silently re-measured
     with pytest.raises(SystemExit, match="cannot be re-evaluated"):
         rm.reevaluate(path, args, sources)
