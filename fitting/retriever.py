@@ -66,10 +66,11 @@ class FitRetrieverConfig(FitDataConfig):
     query's own library; the held-out numbers are reported per source.
     ``dev_fraction`` of each source's training queries (at most ``dev_limit``; 0 = no tuning) are
     set aside, never trained on, to tune the hybrid's BM25 weight for the trained encoder over
-    ``hybrid_bm25_weights`` (:func:`tune_hybrid_bm25_weight`); it is saved beside the weights as
-    ``toolgym_hybrid.json``, which ``build_index(corpus, "hybrid", model=<folder>)`` reads for a
-    corpus the encoder trained on; for any other corpus it reads ``zero_shot_bm25_weight``
-    (default :data:`ZERO_SHOT_BM25_WEIGHT`, tuned leave-one-library-out).
+    ``hybrid_bm25_weights`` (:func:`tune_hybrid_bm25_weight`), pooled and per source; they are saved
+    beside the weights as ``toolgym_hybrid.json``, which ``build_index(corpus, "hybrid",
+    model=<folder>)`` reads: a training library's own weight, a mix by tool share for a corpus that
+    shares some of their tools, and ``zero_shot_bm25_weight`` for any other corpus (default
+    :data:`ZERO_SHOT_BM25_WEIGHT`, tuned leave-one-library-out).
     """
 
     model: str = "minilm"

@@ -1,5 +1,6 @@
 """benchmarks/partly_seen.py on a real (packaged) MiniLM folder that says it trained on API-Bank:
-the library API-Bank ∪ MetaTool is partly seen, and the hybrid uses w(f) between the two weights."""
+the library API-Bank ∪ MetaTool is partly seen, and the hybrid mixes API-Bank's own weight with the
+zero-shot one by the seen share."""
 from __future__ import annotations
 
 import json
@@ -39,6 +40,7 @@ def test_margin_against_the_better_part_on_hand_numbers():
 
 
 def test_a_partly_seen_library_gets_w_f_and_every_row(tmp_path, parts):
+    from toolgym.retrieval import build_index
     from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, minilm_path, overlap_bm25_weight, trained_tool_hashes
 
     model = tmp_path / "model"
@@ -51,7 +53,11 @@ def test_a_partly_seen_library_gets_w_f_and_every_row(tmp_path, parts):
     share = len(bank) / cell["tools"]
     assert cell["weight"] == pytest.approx(overlap_bm25_weight([(share, 0.3)], 0.6))  # API-Bank's own weight, not 0.2
     assert cell["weight_from"] == f"model folder, {share:.0%} of the tools seen" and cell["zero_shot_weight"] == 0.6
-    assert set(cell["rows"]) == {"bm25", "dense", "hybrid", "hybrid at the zero-shot weight"}
+    assert set(cell["rows"]) == {"bm25", "dense", "hybrid", "hybrid at the pooled weight", "hybrid at the zero-shot weight"}
+    # the rule before, for comparison: the pooled 0.2 mixed by the seen share
+    corpus, tasks = ps.union_library(parts)
+    pooled = build_index(corpus, "hybrid", model=str(model), bm25_weight=overlap_bm25_weight([(share, 0.2)], 0.6))
+    assert cell["rows"]["hybrid at the pooled weight"] == ps.query_rows(pooled, tasks)
     assert all(len(v) == 12 for v in cell["rows"].values())
     again = ps.margin({"bm25": cell["rows"]["bm25"], "dense": cell["rows"]["dense"]}, cell["rows"]["hybrid"], "N@5")
     assert cell["margins"]["hybrid"]["N@5"] == again
