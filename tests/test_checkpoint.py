@@ -218,12 +218,18 @@ def test_a_ctrl_c_during_the_write_lands_after_the_checkpoint_is_whole(tmp_path)
             os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, mid-write
             return opt.state_dict()
 
-    with pytest.raises(KeyboardInterrupt):
-        ckpt.save_checkpoint(tmp_path / "run", 2, model, InterruptedWhileSaved(), {"config": {}})
+    # Python's own Ctrl-C handler, whatever this process inherited: a shell starts background jobs
+    # (`make test &`, nohup) with SIGINT ignored, and an ignored SIGINT rightly stays ignored.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ckpt.save_checkpoint(tmp_path / "run", 2, model, InterruptedWhileSaved(), {"config": {}})
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     folder = ckpt.latest_checkpoint(tmp_path / "run")
     assert folder.name == "step_000002" and ckpt.read_state(folder)["step"] == 2
     assert sorted(p.name for p in folder.iterdir()) == sorted([ckpt.OPTIMIZER_FILE, ckpt.STATE_FILE, ckpt.WEIGHTS_FILE])
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
 
 
 def test_sigint_deferred_keeps_an_ignored_sigint_ignored():
