@@ -61,12 +61,14 @@ def test_fit_retriever_tiny(seal_slice, tmp_path, capsys):
     # Its hybrid weight: the tuned one on the library it trained on, the zero-shot one elsewhere.
     settings = json.loads((Path(summary["model_dir"]) / "toolgym_hybrid.json").read_text())
     assert list(settings["trained_corpora"].values()) == [corpus.ids_hash] and settings["zero_shot_bm25_weight"] == 0.35
+    (name,) = settings["library_weights"]  # one training library: its own weight, tuned on its set-aside queries
+    mine = settings["library_weights"][name]["bm25_weight"]
     own = build_index(corpus, "hybrid", model=summary["model_dir"], cache_dir=tmp_path / "cache")
-    assert (own.bm25_weight, own.bm25_weight_source) == (settings["bm25_weight"], "model folder")
-    # A slice of that library is another library whose tools were all seen: the in-domain weight.
+    assert (own.bm25_weight, own.bm25_weight_source) == (mine, f"model folder, tuned on {name}")
+    # A slice of that library is another library whose tools were all seen: that library's weight.
     part = build_index(ToolCorpus(list(corpus.tools)[:5], name="a slice"), "hybrid", model=summary["model_dir"],
                        cache_dir=tmp_path / "cache")
-    assert (part.bm25_weight, part.bm25_weight_source) == (settings["bm25_weight"], "model folder, 100% of the tools seen")
+    assert (part.bm25_weight, part.bm25_weight_source) == (mine, "model folder, 100% of the tools seen")
     other = ToolCorpus([Tool(id="new1", name="fresh_tool", description="A tool it never trained on.", category="c")],
                        name="another library")
     zero = build_index(other, "hybrid", model=summary["model_dir"], cache_dir=tmp_path / "cache")
