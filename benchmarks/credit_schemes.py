@@ -1089,7 +1089,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="train the runs in this many processes (cpus/jobs threads each)")
     ap.add_argument("--shard", default=None, metavar="K/N", help=argparse.SUPPRESS)  # set by --jobs
     ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--no-report", action="store_true", help="print the report only: docs and the summary JSON are left alone (each finished run's "
+    ap.add_argument("--no-report", action="store_true",
+                    help="print the report only: docs and the summary JSON are left alone (each finished run's "
                          "file still lands in --results-dir, which is what a later call resumes from)")
     ap.add_argument("--commit", action="store_true",
                     help="git-commit each finished run's file as it is written (a long comparison spread over sittings)")
