@@ -175,8 +175,9 @@ def test_a_loss_within_two_paired_standard_errors_is_no_shortfall():
 
 def test_a_partly_seen_corpus_gets_the_weight_between_in_domain_and_zero_shot(tmp_path):
     """A settings file with one pooled tool list (written before per-library weights). A library built
-    from two bundled ones: 40 Seal-Tools tools the encoder trained on and 60 MetaTool tools it did not. w = f·w_in + (1 − f)·w_zero with f = 0.4 (by hand: 0.4·0.2 + 0.6·0.6 = 0.44);
-    the training library itself keeps w_in and an unseen one w_zero."""
+    from two bundled ones: 40 Seal-Tools tools the encoder trained on and 60 MetaTool tools it did not.
+    w = f·w_in + (1 − f)·w_zero with f = 0.4 (by hand: 0.4·0.2 + 0.6·0.6 = 0.44); the training library
+    itself keeps w_in and an unseen one w_zero."""
     from toolgym.data import load_dataset
     from toolgym.retrieval.models import hybrid_weight_for, overlap_bm25_weight, trained_tool_hashes
 
