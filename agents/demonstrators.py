@@ -206,8 +206,29 @@ class WholeRequestDemonstrator:
         return self.answer
 
 
+class RequestAndClausesDemonstrator(WholeRequestDemonstrator):
+    """For the decomposition envs: the raw request (history included) as the first subtask, then
+    the latest request's clauses (:func:`toolgym.retrieval.decompose.split_into_clauses`), one per line.
+
+    Why: the fused list then opens with the raw request's best tools and adds each clause's, so a
+    multi-intent request keeps what the whole request finds and recovers the tools one clause
+    names; on Seal-Tools' training queries the encoder never saw this raised C@10 by 5 and N@5 by
+    1 over the raw request, where the clauses alone lost 4 N@5. A request of one clause gives the
+    raw request alone (the ``request`` episode, which wins the tie)."""
+
+    name = "request_clauses"
+
+    def reset(self, obs: str, info: dict[str, Any]) -> None:
+        from toolgym.retrieval.decompose import split_into_clauses
+
+        super().reset(obs, info)
+        clauses = split_into_clauses(str(info["query"]))
+        if len(clauses) > 1:
+            self.answer = "\n".join([self.answer, *clauses])
+
+
 DEMONSTRATORS = ("clauses_top1", "clauses_top2", "clauses_top1_cat", "clauses_top1_req", "clauses_top1_rev",
-                 "clauses_top1_kw", "request_top3", "clauses", "reference", "request")
+                 "clauses_top1_kw", "request_top3", "clauses", "reference", "request", "request_clauses")
 CLAUSE_FLAGS = ("cat", "req", "rev", "kw")  # clauses_top<k>[_flag...], any subset, each once
 
 
@@ -233,4 +254,6 @@ def make_demonstrator(name: str) -> Any:
         return ReferenceSubtaskDemonstrator()
     if name == "request":
         return WholeRequestDemonstrator()
+    if name == "request_clauses":
+        return RequestAndClausesDemonstrator()
     raise ValueError(f"unknown demonstrator {name!r}; choose one of {DEMONSTRATORS}")

@@ -124,6 +124,10 @@ def set_decompose_env(args: argparse.Namespace) -> str:
             raise ValueError(f"--decompose-retriever {args.decompose_retriever}: no such model folder")
         ENVS[name] = {**ENVS[name], "kwargs": {**ENVS[name]["kwargs"], "retriever": "hybrid",
                                                "retriever_options": {"model": str(args.decompose_retriever)}}}
+    if getattr(args, "decompose_unseen_only", False):
+        if name != "mixture" or not args.decompose_retriever:
+            raise ValueError("--decompose-unseen-only needs --decompose-env mixture and --decompose-retriever")
+        ENVS[name] = {**ENVS[name], "kwargs": {**ENVS[name]["kwargs"], "unseen_by_retriever": True}}
     return name
 
 
@@ -722,7 +726,7 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
     s = runs[0]["settings"]
     head = runs[0]
     ts = head.get("task_set") or {}
-    parts = [f"**{head['env_id']}** (`{env_name}`; env kwargs `{json.dumps(ENVS.get(env_name, {}).get('kwargs', {}))}`): "
+    parts = [f"**{head['env_id']}** (`{env_name}`; env kwargs `{json.dumps(s.get('env_kwargs', ENVS.get(env_name, {}).get('kwargs', {})))}`): "
              f"warm start `{s['warm_start']}` (`{head['warm_start_fingerprint'][:19]}…`), {s['steps']} GRPO steps per run "
              f"of {s['tasks_per_step']} tasks × {s['group_size']} rollouts (overrides "
              f"{' '.join(f'`{o}`' for o in s['overrides'] or []) or 'none'}), greedy evaluation on the first "
@@ -1083,6 +1087,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decompose-retriever", default=None, metavar="MODEL",
                     help="a toolgym fit-retriever model folder: the decomposition env retrieves with the hybrid of BM25 "
                          "and it (training reward and evaluation alike) instead of BM25")
+    ap.add_argument("--decompose-unseen-only", action="store_true",
+                    help="mixture: train only on the training queries --decompose-retriever set aside and never "
+                         "trained on (the env's unseen_by_retriever), where its reward sees honest retrieval")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="GRPO config overrides for every run, e.g. sampling.temperature=1.2 grpo.lr=2e-3")
     ap.add_argument("--out", default="runs/credit_schemes")

@@ -17,7 +17,7 @@ trajectories are exactly the single-source env's. :attr:`index` is a :class:`Mix
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium
@@ -159,13 +159,15 @@ class MixtureDecompositionEnv(gymnasium.Env[str, str]):
         return self.current.render() if self.current is not None else ""
 
 
-def mixture_sources(sources: Any, part: str, seed: int, limit: int | None) -> list[tuple[str, Any, list[Task]]]:
+def mixture_sources(sources: Any, part: str, seed: int, limit: int | None,
+                    keep: Callable[[Task], bool] | None = None) -> list[tuple[str, Any, list[Task]]]:
     """``(name, corpus, tasks)`` per source of a mixture (:func:`~toolgym.envs.resources.shared_mixture`):
-    its ``part`` (``train`` or ``heldout``), at most ``limit`` tasks each (a ``seed``-ed sample, in
-    input order)."""
+    its ``part`` (``train`` or ``heldout``), the tasks ``keep`` accepts (all when ``None``), at most
+    ``limit`` of them each (a ``seed``-ed sample, in input order)."""
     from toolgym.data.training_data import seeded_sample
 
     if part not in ("train", "heldout"):
         raise ValueError(f"a mixture's split must be 'train' or 'heldout' (its parts), got {part!r}")
     limit = None if limit is None else check_count("limit", limit, 1)
-    return [(s.name, s.corpus, seeded_sample(getattr(s, part), limit, seed)) for s in shared_mixture(sources, seed)]
+    return [(s.name, s.corpus, seeded_sample([t for t in getattr(s, part) if keep is None or keep(t)], limit, seed))
+            for s in shared_mixture(sources, seed)]

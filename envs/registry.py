@@ -84,6 +84,7 @@ def make_mixture_decomposition_env(
     seed: int = 0,
     limit: int | None = None,
     min_gold: int = 1,
+    unseen_by_retriever: bool = False,
     **kwargs: Any,
 ) -> MixtureDecompositionEnv:
     """A :class:`~toolgym.envs.mixture.MixtureDecompositionEnv` on one part of a mixture: ``split``
@@ -94,6 +95,12 @@ def make_mixture_decomposition_env(
     least ``min_gold`` gold tools. ``kwargs`` go to every source's :class:`DecompositionEnv`
     (``retriever``, ``retriever_options``, ``k``, ``fusion``...).
 
+    ``unseen_by_retriever``: the training part keeps only the queries the fine-tuned encoder of
+    ``retriever_options["model"]`` set aside and never trained on
+    (:func:`~toolgym.retrieval.models.set_aside_task_ids`), so a reward computed with it sees
+    retrieval as good as on new requests, not the near-perfect retrieval of the queries it learnt
+    (the held-out part is unseen anyway and stays whole).
+
     ``split`` names the part because a trainer passes ``split="train"`` to its rollout envs and
     ``split="heldout"`` to its evaluation env (``env.train_kwargs`` / ``env.eval_kwargs``)."""
     from toolgym.data.mixture import MIXTURE_SOURCES
@@ -101,8 +108,18 @@ def make_mixture_decomposition_env(
 
     min_gold = check_count("min_gold", min_gold, 1)
     part = "train" if split is None else split
+    keep = None
+    if unseen_by_retriever and part == "train":
+        from toolgym.retrieval.models import set_aside_task_ids
+
+        model = (kwargs.get("retriever_options") or {}).get("model")
+        if not model:
+            raise ValueError("unseen_by_retriever needs retriever_options.model: a fine-tuned encoder folder")
+        unseen = {i for ids in set_aside_task_ids(model).values() for i in ids}
+        keep = lambda task: task.id in unseen  # noqa: E731
     parts = [(name, corpus, [t for t in tasks if len(t.gold) >= min_gold])
-             for name, corpus, tasks in mixture_sources(MIXTURE_SOURCES if sources is None else sources, part, seed, limit)]
+             for name, corpus, tasks in mixture_sources(MIXTURE_SOURCES if sources is None else sources,
+                                                        part, seed, limit, keep=keep)]
     empty = [name for name, _, tasks in parts if not tasks]
     if empty:
         raise ValueError(f"mixture source(s) {empty} have no {part} task with at least {min_gold} gold tools")

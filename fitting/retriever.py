@@ -201,10 +201,17 @@ def tune_and_save_hybrid_weight(model_dir: str | Path, sources: Sequence[Any], d
     mixes the weights by :func:`~toolgym.retrieval.models.overlap_bm25_weight`). Written beside the
     weights (``toolgym_hybrid.json``) with the libraries they are for (``trained_corpora``: each
     training source's ``ToolCorpus.ids_hash``) and the weight for every other corpus
-    (``zero_shot_bm25_weight``); returns what was written (empty, and nothing written, when no
-    source set queries aside)."""
+    (``zero_shot_bm25_weight``) and the set-aside task ids (``set_aside_tasks``, read by
+    :func:`~toolgym.retrieval.models.set_aside_task_ids`); returns what was written (empty, and
+    nothing written, when no source set queries aside)."""
     from toolgym.retrieval import build_index
-    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, LIBRARY_WEIGHTS_KEY, check_unit_weight, trained_tool_hashes
+    from toolgym.retrieval.models import (
+        HYBRID_SETTINGS_FILE,
+        LIBRARY_WEIGHTS_KEY,
+        SET_ASIDE_TASKS_KEY,
+        check_unit_weight,
+        trained_tool_hashes,
+    )
 
     zero_shot = check_unit_weight("zero_shot_bm25_weight", zero_shot_bm25_weight)
 
@@ -226,7 +233,9 @@ def tune_and_save_hybrid_weight(model_dir: str | Path, sources: Sequence[Any], d
                  for s in sources}
     tuning = {"bm25_weight": w, "trained_corpora": {s.name: s.corpus.ids_hash for s in sources},
               "zero_shot_bm25_weight": zero_shot, "tuned_on": {name: len(d) for name, d in dev.items()},
-              "objective": HYBRID_OBJECTIVE, "grid": table, LIBRARY_WEIGHTS_KEY: libraries}
+              "objective": HYBRID_OBJECTIVE, "grid": table, LIBRARY_WEIGHTS_KEY: libraries,
+              # the queries it never trained on: rewards computed with this encoder belong there
+              SET_ASIDE_TASKS_KEY: {name: [t.id for t in d] for name, d in dev.items() if d}}
     (Path(model_dir) / HYBRID_SETTINGS_FILE).write_text(json.dumps(tuning, indent=2) + "\n")
     return tuning
 

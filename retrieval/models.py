@@ -118,6 +118,32 @@ TRAINED_TOOLS_KEY = "trained_tool_hashes"
 LIBRARY_WEIGHTS_KEY = "library_weights"  # {library: {bm25_weight, tool_hashes}}: one weight per training library
 
 
+SET_ASIDE_TASKS_KEY = "set_aside_tasks"  # {library: [task ids]}: training queries the encoder never trained on
+
+
+def set_aside_task_ids(model: str | Path) -> dict[str, list[str]]:
+    """The training task ids a fine-tuned encoder folder set aside and never trained on, per library
+    (``toolgym fit-retriever`` saves them in ``toolgym_hybrid.json`` beside the weights they tuned).
+
+    Why: a reward computed with this encoder on a query it trained on sees retrieval that is near
+    perfect (on the mixture's training parts the whole request already scored NDCG 1 on most tasks),
+    so a decomposer rewarded there learns that splitting never pays; on these queries retrieval is
+    as good as on unseen ones. A ``ValueError`` names the folder when there are none."""
+    found = _hybrid_settings(str(model))
+    if found is None:
+        raise ValueError(f"{model}: not a fine-tuned encoder folder with {HYBRID_SETTINGS_FILE}, so no training "
+                         "queries are known to be unseen by it")
+    path, settings = found
+    value = settings.get(SET_ASIDE_TASKS_KEY)
+    if value is None:
+        raise ValueError(f"{path}: no {SET_ASIDE_TASKS_KEY} (saved by an older toolgym, or fit with dev_fraction 0); "
+                         "re-tune it with toolgym.fitting.retriever.retune_hybrid_weight to record them")
+    if not isinstance(value, dict) or not all(
+            isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in value.values()):
+        raise ValueError(f"{path}: {SET_ASIDE_TASKS_KEY} must map library names to lists of task ids")
+    return {str(name): list(ids) for name, ids in value.items()}
+
+
 def tool_text_hash(text: str) -> str:
     """12 hex digits of SHA-1 over a tool's document text, case and runs of whitespace ignored: two
     libraries hold the same tool when an encoder reads the same text for it."""

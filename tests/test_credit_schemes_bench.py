@@ -446,6 +446,21 @@ def test_the_mixture_decompose_env_trains_on_training_parts_and_retrieves_with_t
                                                 decompose_retriever=str(tmp_path / "missing")))
 
 
+def test_decompose_unseen_only_trains_where_the_retriever_never_trained(tmp_path, monkeypatch):
+    monkeypatch.setitem(cs.ENVS, "mixture", dict(cs.ENVS["mixture"]))
+    monkeypatch.setitem(cs.ENVS, "decompose", dict(cs.ENVS["decompose"]))
+    model = tmp_path / "model"
+    model.mkdir()
+    args = argparse.Namespace(decompose_env="mixture", decompose_eval_split=None, decompose_retriever=str(model),
+                              decompose_unseen_only=True)
+    assert cs.set_decompose_env(args) == "mixture"
+    assert cs.ENVS["mixture"]["kwargs"]["unseen_by_retriever"] is True  # recorded in every run's settings
+    for env, retriever in (("mixture", None), (None, str(model))):
+        with pytest.raises(ValueError, match="needs --decompose-env mixture and --decompose-retriever"):
+            cs.set_decompose_env(argparse.Namespace(decompose_env=env, decompose_eval_split=None,
+                                                    decompose_retriever=retriever, decompose_unseen_only=True))
+
+
 def _write_folder(root, name, fingerprint, runs, settings=None):
     folder = root / name / "toolsearch_multi"
     folder.mkdir(parents=True)

@@ -185,6 +185,28 @@ def test_whole_request_demonstrator_is_the_null_decomposition(seal):
     assert unbound.act("", {}) == "book a table"
 
 
+def test_request_and_clauses_demonstrator_keeps_the_whole_request_first(seal):
+    """The raw context (history included) then the latest request's clauses; a request of one clause
+    is the whole request alone, the same episode as ``request``."""
+    from toolgym.envs.decomposition import DecompositionEnv
+    from toolgym.evaluation.evaluate import run_episode
+    from toolgym.retrieval.decompose import split_into_clauses
+
+    base = next(t for t in seal.tasks if len(split_into_clauses(t.query)) >= 2 and not t.messages)
+    dialogue = Task(id="dlg", query="Check the weather in Paris, and then book a table for two.", gold=base.gold,
+                    messages=({"role": "user", "content": "I am planning an evening out."},))
+    single = Task(id="one", query="Find the weather in Paris.", gold=base.gold)
+    env = DecompositionEnv(seal.corpus, [base, dialogue, single])
+    demo = make_demonstrator("request_clauses")
+    demo.bind_env(env)
+    for task in (base, dialogue):
+        traj, _ = run_episode(env, demo, task)
+        assert traj.subtasks == [task.context_text(), *split_into_clauses(task.query)]
+        assert len(traj.subtasks) >= 3
+    traj, reward = run_episode(env, demo, single)
+    assert traj.subtasks == [single.context_text()] and reward == 0.0
+
+
 def test_mixture_demos_come_from_each_sources_training_part_only(tmp_path, capsys):
     from toolgym.cli.main import main
     from toolgym.fitting.common import load_sources

@@ -301,3 +301,40 @@ def test_fit_saves_a_weight_per_library_tuned_on_its_own_set_aside_queries(tmp_p
         assert entry == {"bm25_weight": alone, "tool_hashes": trained_tool_hashes(s.corpus.texts())}
         assert (index.bm25_weight, index.bm25_weight_source) == (alone, f"model folder, tuned on {s.name}")
     assert saved["bm25_weight"] in grid and saved["zero_shot_bm25_weight"] == 0.35
+
+
+def test_the_set_aside_queries_are_saved_and_read_back(tmp_path):
+    """What fit-retriever never trained on travels with the weights, so a reward can be computed
+    where this encoder's retrieval is honest; a folder without the list says how to record it."""
+    from types import SimpleNamespace
+
+    from toolgym.data import load_dataset
+    from toolgym.fitting.retriever import tune_and_save_hybrid_weight
+    from toolgym.retrieval.models import minilm_path, set_aside_task_ids
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for f in minilm_path().iterdir():
+        (model / f.name).symlink_to(f, target_is_directory=f.is_dir())
+    bank = load_dataset("api_bank")
+    sources = [SimpleNamespace(name="api_bank", corpus=bank.corpus), SimpleNamespace(name="empty", corpus=bank.corpus)]
+    tune_and_save_hybrid_weight(model, sources, {"api_bank": bank.tasks[:7], "empty": []}, [0.0, 0.5, 1.0], 0.35)
+    assert set_aside_task_ids(model) == {"api_bank": [t.id for t in bank.tasks[:7]]}  # a source with none: no entry
+    with pytest.raises(ValueError, match="not a fine-tuned encoder folder"):
+        set_aside_task_ids("minilm")
+
+
+@pytest.mark.parametrize("value, match", [
+    (None, "no set_aside_tasks .*retune_hybrid_weight"),
+    (["a"], "must map library names to lists of task ids"),
+    ({"a": "task-1"}, "must map library names to lists of task ids"),
+    ({"a": [1, 2]}, "must map library names to lists of task ids"),
+])
+def test_hostile_set_aside_lists_are_refused_with_the_file_named(tmp_path, value, match):
+    from toolgym.retrieval.models import set_aside_task_ids
+
+    settings = {"bm25_weight": 0.2} if value is None else {"bm25_weight": 0.2, "set_aside_tasks": value}
+    (tmp_path / HYBRID_SETTINGS_FILE).write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match=match) as err:
+        set_aside_task_ids(tmp_path)
+    assert HYBRID_SETTINGS_FILE in str(err.value)

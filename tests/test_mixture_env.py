@@ -165,3 +165,31 @@ def test_grpo_trains_on_the_mixture_with_r_cf(tmp_path):
     env = gymnasium.make("toolgym/Decompose-Mixture-v0", sources=TWO, limit=4).unwrapped
     trained = [t for r in rows for t in r["task_ids"]]
     assert len(trained) == 4 and {env.source_of[t] for t in trained} == {"seal_tools", "api_bank"}
+
+
+def test_unseen_by_retriever_trains_only_on_the_queries_the_encoder_set_aside(tmp_path):
+    """The training part keeps the tasks the retriever folder lists as set aside (a reward there sees
+    retrieval as on new requests); the held-out part stays whole; without a model folder it is an error."""
+    import json
+
+    from toolgym.envs.mixture import mixture_sources
+    from toolgym.envs.registry import make_mixture_decomposition_env
+    from toolgym.retrieval.models import HYBRID_SETTINGS_FILE, minilm_path
+
+    bank = [{"dataset": "api_bank", "heldout_fraction": 0.2}]
+    (_, _, train), = mixture_sources(bank, "train", 0, None)
+    (_, _, heldout), = mixture_sources(bank, "heldout", 0, None)
+    unseen = [train[5].id, train[1].id, "api_bank-not-a-task"]
+    model = tmp_path / "model"
+    model.mkdir()
+    for f in minilm_path().iterdir():
+        (model / f.name).symlink_to(f, target_is_directory=f.is_dir())
+    (model / HYBRID_SETTINGS_FILE).write_text(json.dumps({"bm25_weight": 0.3, "set_aside_tasks": {"api_bank": unseen}}))
+    kwargs = {"sources": bank, "unseen_by_retriever": True, "retriever": "hybrid",
+              "retriever_options": {"model": str(model), "cache_dir": str(tmp_path / "cache")}}
+    env = make_mixture_decomposition_env(split="train", **kwargs)
+    assert [t.id for t in env.tasks] == [train[1].id, train[5].id]  # the part's order, unknown ids ignored
+    assert [t.id for t in make_mixture_decomposition_env(split="heldout", **kwargs).tasks] == [t.id for t in heldout]
+    assert len(make_mixture_decomposition_env(sources=bank, split="train").tasks) == len(train)
+    with pytest.raises(ValueError, match="needs retriever_options.model"):
+        make_mixture_decomposition_env(sources=bank, split="train", unseen_by_retriever=True)
