@@ -315,9 +315,22 @@ def train_rows(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def credit_nonzero_share(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Per credit term, the share of training groups where it was not zero everywhere: 1 − mean ``<term>/zero_var``
     over the steps (every step has the same number of groups)."""
-    terms = sorted({k[len("reward/"): -len("/zero_var")] for r in rows for k in r
-                    if k.startswith("reward/") and k.endswith("/zero_var")})
-    return {t: 1.0 - sum(r.get(f"reward/{t}/zero_var", 0.0) for r in rows) / len(rows) for t in terms} if rows else {}
+    def key(term: str) -> str:  # a one-module reward logs plain ``reward/zero_var``: its term is ""
+        return f"reward/{term}/zero_var" if term else "reward/zero_var"
+
+    terms = sorted({k[len("reward/"):].removesuffix("zero_var").removesuffix("/") for r in rows for k in r
+                    if k.startswith("reward/") and k.endswith("zero_var") and k.count("/") <= 2})
+    return {t: 1.0 - sum(r.get(key(t), 0.0) for r in rows) / len(rows) for t in terms} if rows else {}
+
+
+def run_nonzero_share(run: dict[str, Any]) -> dict[str, float]:
+    """A run file's stored :func:`credit_nonzero_share`, with a one-module reward's share (term "")
+    recomputed from its training rows: files written before its plain ``reward/zero_var`` was read
+    stored 1.0 for it."""
+    stored = dict(run.get("credit_nonzero_share", {}))
+    if "" in stored and run.get("train"):
+        stored[""] = credit_nonzero_share(run["train"]).get("", stored[""])
+    return stored
 
 
 def load_run_files(root: Path | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -610,7 +623,7 @@ def degenerate_arms(schemes: dict[str, list[dict[str, Any]]], keys: Sequence[str
 
     for a in names:  # an arm that never left the warm start
         if all(same(r["points"][-1]["rows"], r["warm"]["rows"]) for r in schemes[a]):
-            shares = [float(v) for r in schemes[a] for v in weighted_terms(r["scheme"], r.get("credit_nonzero_share", {})).values()]
+            shares = [float(v) for r in schemes[a] for v in weighted_terms(r["scheme"], run_nonzero_share(r)).values()]
             cause = ("no weighted credit term was non-zero in any training group" if not any(shares) else
                      "its credit was non-zero, yet every greedy held-out output is the warm start's")
             out.append({"a": a, "b": "the warm start", "seeds": sorted(unit_of(r) for r in schemes[a]), "cause": cause})
@@ -623,7 +636,7 @@ def degenerate_arms(schemes: dict[str, list[dict[str, Any]]], keys: Sequence[str
                 continue
             shares: dict[str, list[float]] = {}
             for r in schemes[a] + schemes[b]:
-                for term, v in r.get("credit_nonzero_share", {}).items():
+                for term, v in run_nonzero_share(r).items():
                     shares.setdefault(term or split_run_name(r["scheme"])[0], []).append(float(v))
             mean = {t: float(np.mean(v)) for t, v in shares.items()}
             only = sorted(set(weighted_terms(a, mean)) ^ set(weighted_terms(b, mean)))
@@ -749,7 +762,7 @@ def env_report(env_name: str, runs: list[dict[str, Any]], replay: dict[str, Any]
         nz: dict[str, list[float]] = {}
         first: dict[str, list[float]] = {}
         for r in mine:
-            for term, v in r.get("credit_nonzero_share", {}).items():
+            for term, v in run_nonzero_share(r).items():
                 # a one-module reward logs plain ``reward/zero_var``: its term is the reward itself
                 nz.setdefault(term or split_run_name(scheme)[0], []).append(v)
             for term, v in credit_nonzero_share(r.get("train", [])[:1]).items():  # the warm start's own groups

@@ -212,6 +212,18 @@ def test_only_the_terms_a_scheme_weights_are_reported():
     assert cs.weighted_terms("toolsearcher", shares) == {"esm": 0.75, "tca": 0.1, "outcome": 0.5}
 
 
+def test_nonzero_credit_shares_read_a_one_module_rewards_plain_zero_var():
+    """1 − mean zero_var over the steps, per term; a one-module reward logs ``reward/zero_var`` (term ""),
+    which was once read as always non-zero (1.0) and is now recomputed from a run file's rows."""
+    one = [{"reward/zero_var": 0.5}, {"reward/zero_var": 1.0}]
+    assert cs.credit_nonzero_share(one) == {"": 0.25}
+    two = [{"reward/esm/zero_var": 0.25, "reward/tca/zero_var": 1.0}, {"reward/esm/zero_var": 0.75, "reward/tca/zero_var": 0.5}]
+    assert cs.credit_nonzero_share(two) == {"esm": 0.5, "tca": 0.25}
+    assert cs.run_nonzero_share({"train": one, "credit_nonzero_share": {"": 1.0}}) == {"": 0.25}
+    assert cs.run_nonzero_share({"train": two, "credit_nonzero_share": {"esm": 0.1}}) == {"esm": 0.1}  # as stored
+    assert cs.run_nonzero_share({"credit_nonzero_share": {"": 0.8}}) == {"": 0.8}  # no rows: as stored
+
+
 def test_a_decomposition_env_is_reported_on_its_own_metrics_without_turn_types(tmp_path):
     (tmp_path / "decompose").mkdir()
     for scheme, final in (("counterfactual", [0.5, 0.0]), ("grpo_match", [0.0, 0.0])):
@@ -223,6 +235,7 @@ def test_a_decomposition_env_is_reported_on_its_own_metrics_without_turn_types(t
             point["mean"] = _mean(point["rows"])
         run["warm"] = {"rows": run["points"][0]["rows"], "mean": run["points"][0]["mean"]}
         run["credit_nonzero_share"] = {"": 0.8}  # a one-module reward logs plain reward/zero_var
+        run["train"] = [{"step": 0, "reward/zero_var": 0.2}]  # the share is read from these rows: 1 − 0.2
         (tmp_path / "decompose" / f"{scheme}_seed0.json").write_text(json.dumps(run))
     (tmp_path / "decompose" / "replay_rollouts.jsonl").write_text("")  # turn types are tool-search only: not read
     body = cs.report(tmp_path, write=False, png_dir=tmp_path)
