@@ -208,23 +208,18 @@ class WholeRequestDemonstrator:
 
 class RequestAndClausesDemonstrator(WholeRequestDemonstrator):
     """For the decomposition envs: the raw request (history included) as the first subtask, then
-    the latest request's clauses (:func:`toolgym.retrieval.decompose.split_into_clauses`), one per line.
-
-    Why: the fused list then opens with the raw request's best tools and adds each clause's, so a
-    multi-intent request keeps what the whole request finds and recovers the tools one clause
-    names; on Seal-Tools' training queries the encoder never saw this raised C@10 by 5 and N@5 by
-    1 over the raw request, where the clauses alone lost 4 N@5. A request of one clause gives the
-    raw request alone (the ``request`` episode, which wins the tie)."""
+    the latest request's clauses, one per line (:func:`toolgym.retrieval.decompose.request_then_clauses`,
+    which says why). On Seal-Tools' training queries the encoder never saw, this raised C@10 by 5
+    and N@5 by 1 over the raw request, where the clauses alone lost 4 N@5. A request of one clause
+    gives the raw request alone (the ``request`` episode, which wins the tie)."""
 
     name = "request_clauses"
 
     def reset(self, obs: str, info: dict[str, Any]) -> None:
-        from toolgym.retrieval.decompose import split_into_clauses
+        from toolgym.retrieval.decompose import request_then_clauses
 
         super().reset(obs, info)
-        clauses = split_into_clauses(str(info["query"]))
-        if len(clauses) > 1:
-            self.answer = "\n".join([self.answer, *clauses])
+        self.answer = "\n".join(request_then_clauses(self.answer, str(info["query"])))
 
 
 DEMONSTRATORS = ("clauses_top1", "clauses_top2", "clauses_top1_cat", "clauses_top1_req", "clauses_top1_rev",

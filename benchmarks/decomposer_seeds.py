@@ -34,6 +34,8 @@ from typing import Any
 from benchmarks._report import ROOT, markdown_table, write_report
 
 RAW, CLAUSES, POLICY = "hybrid (BM25 + fine-tuned)", "+ decomposition (clause splitter)", "+ decomposition (trained policy)"
+REQUEST_CLAUSES, GATED = "+ decomposition (request + clauses)", "+ decomposition (policy-gated request + clauses)"
+POLICY_RUNGS = {"policy": POLICY, "gated": GATED}  # --policy-rung: the policy's own subtasks, or its decisions
 METRICS = ("C@10", "N@5")
 MARGIN = 1.0  # points: "at or above the better fixed rule - 1"
 MIN_SEEDS, MIN_ABOVE = 3, 2
@@ -63,9 +65,10 @@ def _aligned(base: Sequence[dict[str, Any]], other: Sequence[dict[str, Any]], wh
 
 
 def compare(seeds: dict[int, dict[str, dict[str, list[dict[str, Any]]]]],
-            warm: dict[str, dict[str, list[dict[str, Any]]]] | None = None) -> dict[str, Any]:
-    """Per source and metric: the fixed rules, each seed's policy and the seed-level difference from
-    the better rule; the bars and the verdict (see the module docstring)."""
+            warm: dict[str, dict[str, list[dict[str, Any]]]] | None = None, policy: str = POLICY) -> dict[str, Any]:
+    """Per source and metric: the fixed rules, each seed's ``policy`` rung and the seed-level
+    difference from the better rule; the bars and the verdict (see the module docstring). The third
+    rule, the request then its clauses, is shown where the ladder has it (the bars stay raw and clauses)."""
     from benchmarks.credit_schemes import seed_level
     from toolgym.evaluation.evaluate import paired_gain
 
@@ -74,7 +77,7 @@ def compare(seeds: dict[int, dict[str, dict[str, list[dict[str, Any]]]]],
     first = seeds[min(seeds)]
     sources: dict[str, Any] = {}
     for source, rungs in first.items():
-        if POLICY not in rungs:
+        if policy not in rungs:
             raise ValueError(f"{source}: the ladder has no trained-policy rung (run it with --decomposer)")
         raw, clauses = rungs[RAW], rungs[CLAUSES]
         _aligned(raw, clauses, f"{source} clauses")
@@ -86,24 +89,28 @@ def compare(seeds: dict[int, dict[str, dict[str, list[dict[str, Any]]]]],
             ceiling = 100.0 * sum(max(float(a[metric]), float(b[metric])) for a, b in zip(raw, clauses)) / len(raw)
             per_seed = {}
             for seed, ladder in sorted(seeds.items()):
-                if source not in ladder or POLICY not in ladder[source]:
+                if source not in ladder or policy not in ladder[source]:
                     raise ValueError(f"seed {seed}: no trained-policy rung for {source}")
                 other = ladder[source]
                 for rung in (RAW, CLAUSES):  # every seed's ladder must be the same queries and retriever
                     if [r[metric] for r in other[rung]] != [r[metric] for r in rungs[rung]]:
                         raise ValueError(f"seed {seed}, {source}: the {rung} rung differs from seed {min(seeds)}'s "
                                          "(another query sample or retriever): not comparable")
-                rows = other[POLICY]
+                rows = other[policy]
                 _aligned(better_rows, rows, f"seed {seed}, {source} policy")
                 g = paired_gain([r[metric] for r in better_rows], [r[metric] for r in rows])
                 per_seed[seed] = {"policy": _mean(rows, metric), "gain": 100 * g["gain"], "se": 100 * g["se"]}
             level = seed_level([v["gain"] for v in per_seed.values()])
             mean_policy = sum(v["policy"] for v in per_seed.values()) / len(per_seed)
+            if REQUEST_CLAUSES in rungs:
+                fixed_request_clauses = _mean(rungs[REQUEST_CLAUSES], metric)
             m = {**fixed, "better": better, "better_value": fixed[better], "ceiling": ceiling, "per_seed": per_seed,
                  "policy_mean": mean_policy, "seed_level": level,
                  "holds": mean_policy >= fixed[better] - MARGIN, "above": mean_policy > fixed[better]}
-            if warm is not None and source in warm and POLICY in warm[source]:
-                m["warm"] = _mean(warm[source][POLICY], metric)
+            if REQUEST_CLAUSES in rungs:
+                m["request_clauses"] = fixed_request_clauses
+            if warm is not None and source in warm and policy in warm[source]:
+                m["warm"] = _mean(warm[source][policy], metric)
             entry["metrics"][metric] = m
         ms = entry["metrics"].values()
         entry["holds"] = all(m["holds"] for m in ms)
@@ -112,7 +119,7 @@ def compare(seeds: dict[int, dict[str, dict[str, list[dict[str, Any]]]]],
     above = [s for s, e in sources.items() if e["above_both"]]
     failing = [s for s, e in sources.items() if not e["holds"]]
     n = len(seeds)
-    return {"seeds": sorted(seeds), "sources": sources, "above_both": above, "below_bar": failing,
+    return {"seeds": sorted(seeds), "policy_rung": policy, "sources": sources, "above_both": above, "below_bar": failing,
             "verdict": not failing and len(above) >= MIN_ABOVE and n >= MIN_SEEDS,
             "bars": {"margin": MARGIN, "min_above": MIN_ABOVE, "min_seeds": MIN_SEEDS}}
 
@@ -125,12 +132,15 @@ def markdown(result: dict[str, Any]) -> str:
             lvl = m["seed_level"]
             level = (f"{lvl['mean']:+.1f} ± {lvl['se']:.1f} (t {lvl['t']:.2f}, df {lvl['df']})"
                      if lvl.get("se") and lvl.get("t") is not None else f"{lvl['mean']:+.1f} (n {lvl['n']})")
-            rows.append([source, metric, f"{m['raw']:.1f}", f"{m['clauses']:.1f}", f"{m['ceiling']:.1f}",
+            rows.append([source, metric, f"{m['raw']:.1f}", f"{m['clauses']:.1f}",
+                         f"{m['request_clauses']:.1f}" if "request_clauses" in m else "-", f"{m['ceiling']:.1f}",
                          f"{m['warm']:.1f}" if "warm" in m else "-",
                          " / ".join(f"{v['policy']:.1f} ({v['gain']:+.1f} ± {v['se']:.1f})" for v in m["per_seed"].values()),
                          level, ("✔" if m["holds"] else "✘") + (" above" if m["above"] else "")])
-    table = markdown_table(["source", "metric", "raw", "clauses", "per-query best", "warm start",
-                            f"policy, seeds {', '.join(map(str, seeds))} (vs better rule ± task-paired se)",
+    table = markdown_table(["source", "metric", "raw", "clauses", "request + clauses", "per-query best of raw and clauses",
+                            "warm start",
+                            f"`{result.get('policy_rung', POLICY)}`, seeds {', '.join(map(str, seeds))} "
+                            "(vs better rule ± task-paired se)",
                             "vs better rule, seed level", f"≥ better − {MARGIN:g}"], rows)
     verdict = ("**Holds**" if result["verdict"] else "**Does not hold**") + (
         f": {len(result['seeds'])} seed(s); every source at or above the better fixed rule − {MARGIN:g}: "
@@ -147,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ladders", nargs="+", required=True, help="one ladder results file per seed (seedK in the name)")
     ap.add_argument("--warm", default=None, help="the warm start's ladder results file (optional row)")
     ap.add_argument("--name", default="decomposer_seeds", help="results/<name>.json and its docs/benchmarks.md section")
+    ap.add_argument("--policy-rung", choices=sorted(POLICY_RUNGS), default="policy",
+                    help="judge the policy's own subtasks (policy) or its split decisions with the rule's words (gated)")
     ap.add_argument("--no-report", action="store_true", help="print only")
     args = ap.parse_args(argv)
     seeds = {}
@@ -156,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if seed in seeds:
             ap.error(f"two ladder files for seed {seed}")
         seeds[seed] = per_query(path)
-    result = compare(seeds, per_query(args.warm) if args.warm else None)
+    result = compare(seeds, per_query(args.warm) if args.warm else None, POLICY_RUNGS[args.policy_rung])
     md = markdown(result)
     if not args.no_report:
         write_report(args.name, {**result, "ladders": list(args.ladders), "warm": args.warm},

@@ -32,17 +32,17 @@ def positive_int(text: str) -> int:
 
 
 def decompose_arg(text: str) -> str:
-    """argparse type of ``--decompose``: ``none``, ``clauses`` or ``policy:PATH`` (the path checked
-    before any index is built)."""
-    if text in ("none", "clauses"):
+    """argparse type of ``--decompose``: ``none``, ``clauses``, ``request_clauses``, ``policy:PATH`` or
+    ``gated:PATH`` (the path checked before any index is built)."""
+    if text in ("none", "clauses", "request_clauses"):
         return text
     kind, _, path = text.partition(":")
-    if kind != "policy" or not path:
-        raise argparse.ArgumentTypeError(f"must be none, clauses or policy:PATH, got {text!r}")
+    if kind not in ("policy", "gated") or not path:
+        raise argparse.ArgumentTypeError(f"must be none, clauses, request_clauses, policy:PATH or gated:PATH, got {text!r}")
     try:
         check_policy_path(path)
     except FileNotFoundError as e:
-        raise argparse.ArgumentTypeError(str(e).replace("--policy ", "policy:", 1)) from None
+        raise argparse.ArgumentTypeError(str(e).replace("--policy ", f"{kind}:", 1)) from None
     return text
 
 
@@ -129,10 +129,12 @@ def _retrieval_arguments(p: argparse.ArgumentParser) -> None:
                           "with --identifiers whole, the old BM25)")
     ret.add_argument("--rerank", nargs="?", const="minilm", default=None, metavar="MODEL",
                      help="rerank the top candidates with a CrossEncoder (path; default: MiniLM body, untrained head)")
-    ret.add_argument("--decompose", default="none", type=decompose_arg, metavar="{none,clauses,policy:PATH}",
-                     help="retrieve per clause of the request (clauses) or per subtask a trained decomposition "
-                          "policy writes (policy:PATH, a toolgym train run/checkpoint or model folder; greedy), "
-                          "and fuse the lists (round robin)")
+    ret.add_argument("--decompose", default="none", type=decompose_arg,
+                     metavar="{none,clauses,request_clauses,policy:PATH,gated:PATH}",
+                     help="retrieve per clause of the request (clauses), with the whole request then its clauses "
+                          "(request_clauses), per subtask a trained decomposition policy writes (policy:PATH, a "
+                          "toolgym train run/checkpoint or model folder; greedy), or as request_clauses where that "
+                          "policy splits and whole where it does not (gated:PATH); the lists are fused round robin")
     ret.add_argument("--topk", default="10", type=topk_arg, help="final list size: an integer or 'dynamic' (Algorithm 2)")
     ret.add_argument("--candidates", type=positive_int, default=20,
                      help="list depth that --rerank reorders and --topk dynamic cuts (the paper's avg K is 8-12)")
@@ -307,11 +309,14 @@ def run_retrieval(args: argparse.Namespace) -> int:
 
         reranker = CrossEncoderReranker(None if args.rerank == "minilm" else args.rerank, corpus=corpus)
     decompose: Any = args.decompose
-    if decompose.startswith("policy:"):
-        from toolgym.evaluation.decomposer import PolicyDecomposer
+    if decompose.startswith(("policy:", "gated:")):
+        from toolgym.evaluation.decomposer import GatedClauseDecomposer, PolicyDecomposer
         from toolgym.trainers.policy_loading import load_policy
 
-        decompose = PolicyDecomposer(load_policy(decompose.partition(":")[2]))
+        kind, _, path = decompose.partition(":")
+        decompose = PolicyDecomposer(load_policy(path))
+        if kind == "gated":
+            decompose = GatedClauseDecomposer(decompose)
     result = evaluate_retrieval(index, tasks, ks, topk=args.topk, decompose=decompose, reranker=reranker,
                                 candidates=args.candidates)
     result["config"] = {"dataset": name, "retriever": args.retriever, "identifiers": args.identifiers,
@@ -319,7 +324,9 @@ def run_retrieval(args: argparse.Namespace) -> int:
                         "decompose": args.decompose, "topk": args.topk, "k": ks}
     keys = [f"{m}@{k}" for m in ("N", "R", "C") for k in ks] + ["K", "C@K"]
     print_table(f"{name}: {args.retriever}" + (" + rerank" if args.rerank else "")
-                + {"none": "", "clauses": " + clauses"}.get(args.decompose, " + trained decomposer")
+                + {"none": "", "clauses": " + clauses", "request_clauses": " + request and clauses"}.get(
+                    args.decompose, " + policy-gated request and clauses" if args.decompose.startswith("gated:")
+                    else " + trained decomposer")
                 + f", top-K={args.topk}", result, keys)
     if not isinstance(decompose, str) and tasks:
         result["decompose_ms_per_request"] = 1000 * decompose.seconds / len(tasks)

@@ -26,6 +26,7 @@ from typing import Any
 
 from toolgym.data.records import Task
 from toolgym.retrieval.corpus import ToolCorpus
+from toolgym.retrieval.decompose import request_then_clauses
 
 DEPTH = 20  # the candidate list reranked and cut by dynamic top-K (`toolgym eval --candidates`)
 KS = (5, 10, 20)
@@ -33,8 +34,11 @@ DEFAULT_LIMIT = 300  # queries per dataset: the untrained rungs of all datasets 
 NOT_TRAINED = "not trained"
 STAGE_LABELS = {"pointwise": "+ point-wise rerank (eq. 16)", "listwise": "+ list-wise (eq. 17-19)",
                 "distilled": "+ self-distilled negatives (Alg. 1, eq. 20)"}
+POLICY = "+ decomposition (trained policy)"
+REQUEST_CLAUSES = "+ decomposition (request + clauses)"  # the whole request, then its clauses (a fixed rule)
+GATED = "+ decomposition (policy-gated request + clauses)"  # that rule where the policy splits, else the request
 RUNG_ORDER = ("BM25", "dense (MiniLM)", "hybrid (BM25 + MiniLM)", "fine-tuned dense", "hybrid (BM25 + fine-tuned)",
-              *STAGE_LABELS.values(), "+ decomposition (clause splitter)", "+ decomposition (trained policy)",
+              *STAGE_LABELS.values(), "+ decomposition (clause splitter)", REQUEST_CLAUSES, POLICY, GATED,
               "+ dynamic top-K (Alg. 2)")
 
 
@@ -187,13 +191,20 @@ def run_ladder(
         # One pass gives the clause rung (its ranking) and the dynamic rung (the cut of that ranking).
         clauses = rung("+ decomposition (clause splitter)", first, decompose="clauses", reranker=reranker, topk="dynamic")
         rungs["+ decomposition (clause splitter)"]["clauses_per_query"] = sum(len(_clauses(t)) for t in tasks) / len(tasks)
+        rung(REQUEST_CLAUSES, first, decompose="request_clauses", reranker=reranker)
         if decomposer:
             # the policy's subtasks are retrieved with the best untrained-or-trained hybrid, as clauses are
             options = {"model": retriever_model} if retriever_model else {}
-            rungs["+ decomposition (trained policy)"], per_query["+ decomposition (trained policy)"] = \
-                decomposer_rung(data, decomposer, log, retriever="hybrid", retriever_options=options)
+            rungs[POLICY], per_query[POLICY] = decomposer_rung(data, decomposer, log, retriever="hybrid",
+                                                               retriever_options=options)
+            # the same decisions, the rule's words: split where the policy wrote more than one subtask
+            split = {row["task_id"]: row["subtasks"] > 1 for row in per_query[POLICY]}
+            rung(GATED, first, reranker=reranker,
+                 decompose=lambda ts: [request_then_clauses(t.context_text(), t.query) if split[t.id]
+                                       else [t.context_text()] for t in ts])
+            rungs[GATED]["split_share"] = sum(split.values()) / len(split)
         else:
-            rungs["+ decomposition (trained policy)"] = {"status": NOT_TRAINED}
+            rungs[POLICY] = rungs[GATED] = {"status": NOT_TRAINED}
         rungs["+ dynamic top-K (Alg. 2)"] = {key: float(clauses[key]) for key in ("K", "C@K", "P@K", "R@K", "F1@K")}
         per_query["+ dynamic top-K (Alg. 2)"] = [{k: r[k] for k in ("task_id", "K", "C@K", "P@K", "R@K", "F1@K")}
                                                  for r in clauses["per_task"]]
@@ -229,9 +240,10 @@ def paired_over(per_query: dict[str, list[dict[str, Any]]], base: str) -> dict[s
         return {}
     stacked = [label for label in per_query if label.startswith("+ ") and all(k in per_query[label][0] for k in PAIRED_KEYS)]
     out = {label: diff(per_query[base], per_query[label]) for label in stacked}
-    policy, clauses = "+ decomposition (trained policy)", "+ decomposition (clause splitter)"
-    if policy in out and clauses in per_query:
-        out[f"{policy} vs clause splitter"] = diff(per_query[clauses], per_query[policy])
+    clauses = "+ decomposition (clause splitter)"
+    for policy in (POLICY, GATED):
+        if policy in out and clauses in per_query:
+            out[f"{policy} vs clause splitter"] = diff(per_query[clauses], per_query[policy])
     return out
 
 
@@ -285,6 +297,8 @@ def ladder_rows(result: dict[str, Any]) -> list[list[str]]:
             note = f"{m['clauses_per_query']:.2f} clauses per query"
         if "subtasks_per_query" in m:
             note = f"{m['subtasks_per_query']:.2f} subtasks per query; {note}"
+        if "split_share" in m:
+            note = f"the policy split {m['split_share']:.0%} of the queries"
         rows.append([label, *cell, *dyn, note])
     return rows
 

@@ -21,11 +21,12 @@ def rank_tasks(
 ) -> tuple[list[list[str]], list[list[float]]]:
     """Ranked ids and scores per task, searched in one batch (sub-queries flattened into it).
 
-    ``decompose``: ``"none"`` (the raw request), ``"clauses"`` (the rule-based splitter) or a
+    ``decompose``: ``"none"`` (the raw request), ``"clauses"`` (the rule-based splitter),
+    ``"request_clauses"`` (the raw request, then its clauses: :func:`~toolgym.retrieval.decompose.request_then_clauses`) or a
     callable giving each task's sub-queries (e.g. a trained
     :class:`~toolgym.evaluation.decomposer.PolicyDecomposer`); several sub-queries' lists are fused
     round robin."""
-    from toolgym.retrieval.decompose import split_into_clauses
+    from toolgym.retrieval.decompose import request_then_clauses, split_into_clauses
     from toolgym.retrieval.fusion import fuse_round_robin
 
     texts = [t.context_text() for t in tasks]
@@ -36,8 +37,10 @@ def rank_tasks(
         queries_per_task = [list(qs) or [x] for qs, x in zip(split, texts)]
     elif decompose in ("none", "clauses"):
         queries_per_task = [split_into_clauses(x) if decompose == "clauses" else [x] for x in texts]
+    elif decompose == "request_clauses":
+        queries_per_task = [request_then_clauses(x, t.query) for x, t in zip(texts, tasks)]
     else:
-        raise ValueError(f"decompose must be 'none', 'clauses' or a callable, got {decompose!r}")
+        raise ValueError(f"decompose must be 'none', 'clauses', 'request_clauses' or a callable, got {decompose!r}")
     flat = [q for qs in queries_per_task for q in qs]
     results = index.search_batch(flat, k=depth)
     if reranker is not None:

@@ -41,3 +41,18 @@ def split_into_clauses(text: str) -> list[str]:
         else:
             clauses.append(piece)
     return clauses or [text]
+
+
+def request_then_clauses(context: str, request: str) -> list[str]:
+    """The raw request (``context``: earlier turns and the request, as retrieval reads it) as the
+    first sub-query, then the latest ``request``'s clauses when it has at least two; else the raw
+    request alone.
+
+    Why: fused round robin, the list opens with what the whole request finds and adds each clause's
+    best tools, so a multi-intent request keeps its raw ranking's head and recovers the tools one
+    clause names; the clauses alone drop the history and the raw head (on the mixture's held-out
+    Seal-Tools requests: C@10 93 and N@5 91.8 against the raw request's 85 / 88.1 and the clauses'
+    93 / 86.8)."""
+    clauses = split_into_clauses(request)
+    context = " ".join(context.split())
+    return [context, *clauses] if len(clauses) > 1 else [context]

@@ -46,7 +46,7 @@ def test_ladder_rungs_agree_with_direct_evaluation_and_name_the_missing_models()
     result = run_ladder(data, log=lambda m: None)
     assert list(result["rungs"]) == list(RUNG_ORDER)
     for label in ("fine-tuned dense", "hybrid (BM25 + fine-tuned)", *STAGE_LABELS.values(),
-                  "+ decomposition (trained policy)"):
+                  "+ decomposition (trained policy)", "+ decomposition (policy-gated request + clauses)"):
         assert result["rungs"][label] == {"status": NOT_TRAINED}
     # BM25 rung = BM25 top 20 scored directly.
     index = build_index(data.corpus, "bm25")
@@ -58,7 +58,16 @@ def test_ladder_rungs_agree_with_direct_evaluation_and_name_the_missing_models()
     assert 1 <= dyn["K"] <= 20 and 0 <= dyn["C@K"] <= 100 and "N@5" not in dyn
     assert result["rungs"]["+ decomposition (clause splitter)"]["clauses_per_query"] >= 1
     table = ladder_markdown(result)
-    assert table.count(NOT_TRAINED) == 6 and "| BM25 |" in table
+    assert table.count(NOT_TRAINED) == 7 and "| BM25 |" in table
+    # the request-then-clauses rule = its sub-queries retrieved and fused round robin, by hand
+    from toolgym.retrieval.decompose import request_then_clauses
+    from toolgym.retrieval.fusion import fuse_round_robin
+
+    hybrid = build_index(data.corpus, "hybrid")
+    fused = [fuse_round_robin([hybrid.search(q, k=20).ids for q in request_then_clauses(t.context_text(), t.query)], k=20)
+             for t in data.tasks]
+    assert result["rungs"]["+ decomposition (request + clauses)"]["C@10"] == pytest.approx(
+        100 * sum(completeness_at_k(r, t.gold, 10) for r, t in zip(fused, data.tasks)) / 12)
     # every measured rung keeps the per-query rows its numbers are the means of
     for label, m in result["rungs"].items():
         if m.get("status") == NOT_TRAINED:

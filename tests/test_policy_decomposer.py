@@ -78,3 +78,24 @@ def test_eval_retrieval_with_a_trained_run_as_decomposer(trained_tiny_run, tmp_p
 def test_a_bad_decompose_value_fails_before_any_index_is_built(value, fragment, capsys):
     assert main(["eval", "retrieval", "--dataset", "seal_tools", "--decompose", value]) == 2
     assert fragment in capsys.readouterr().err
+
+
+def test_the_gated_decomposer_splits_by_rule_exactly_where_the_policy_splits(seal):
+    """The policy's decision (more than one subtask) picks between the whole request and the request
+    followed by its clauses; the policy's own words are not retrieved."""
+    from toolgym.data.records import Task
+    from toolgym.evaluation.decomposer import GatedClauseDecomposer
+    from toolgym.retrieval.decompose import request_then_clauses
+
+    multi = Task(id="m", query="Check the weather in Paris, and then book a table for two.", gold=["x"],
+                 messages=({"role": "user", "content": "I am planning an evening out."},))
+    single = Task(id="s", query="Check the weather in Paris.", gold=["x"])
+    tasks = [multi, multi, single]
+    policy = AnswerPolicy(["junk one\njunk two", "the whole thing", "a\nb"])
+    gated = GatedClauseDecomposer(PolicyDecomposer(policy))
+    out = gated(tasks)
+    assert out[0] == [multi.context_text(), "Check the weather in Paris", "book a table for two."]
+    assert out[0] == request_then_clauses(multi.context_text(), multi.query)
+    assert out[1] == [multi.context_text()]  # one subtask written: left whole
+    assert out[2] == [single.context_text()]  # a split of a one-clause request is the request
+    assert gated.split == [True, False, True] and gated.seconds >= 0.0
