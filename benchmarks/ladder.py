@@ -88,6 +88,13 @@ def main() -> None:
     if args.reranker_run and reranker is None:
         raise SystemExit(f"--reranker-run {args.reranker_run}: neither a fit-reranker run (summary.json) "
                          "nor a CrossEncoder folder (config.json)")
+    decomposer = None
+    if args.decomposer:
+        from toolgym.trainers.policy_loading import load_policy
+
+        # a model folder, or a `toolgym train` run / checkpoint folder (a GRPO run's last checkpoint),
+        # loaded once for every dataset
+        decomposer = load_policy(args.decomposer)
     results, skipped = {}, {}
     names = [n.strip() for n in args.datasets.split(",") if n.strip()]
     mixture = {d.name: d for d in mixture_heldout_data(args.heldout_of, args.limit, args.seed)} if args.heldout_of else {}
@@ -102,7 +109,7 @@ def main() -> None:
             raise SystemExit(f"{name!r} is not a source of {args.heldout_of}; choose from {', '.join(mixture)}") from None
         t0 = time.perf_counter()
         results[name] = run_ladder(data, retriever_model=retriever, reranker_model=reranker,
-                                   decomposer=args.decomposer, log=log)
+                                   decomposer=decomposer, log=log)
         results[name]["wall_s"] = time.perf_counter() - t0
 
     md = [f"Every rung on the same queries per dataset (a seeded sample of at most {args.limit}); N@5, C@10, C@20 "

@@ -67,9 +67,9 @@ class GatedClauseDecomposer:
     The policy (a :class:`PolicyDecomposer`, greedy) splits a request when it writes more than one
     subtask; the request is then retrieved as the raw request followed by its clauses, else as the
     raw request. Why: SmolLM2-135M, trained on the mixture with R_cf, learnt where splitting pays
-    (it writes 3.4 subtasks on held-out Seal-Tools and StableToolBench requests, 1.0–1.4 on the
-    single-intent sources) but not to copy a clause faithfully (its extra lines are truncated or
-    repeated copies of the request), so its own subtasks retrieve worse than the raw request.
+    (its warm start writes 3.4 subtasks on held-out Seal-Tools and StableToolBench requests, 1.0–1.4
+    on the others) but not to write a clause reliably (of its extra lines in GRPO rollouts, 48 % are
+    one of the rule's clauses, 29 % a prefix or other span of the request, 21 % text not in it).
     """
 
     def __init__(self, policy_decomposer: PolicyDecomposer):
