@@ -17,6 +17,7 @@ from typing import Any
 from toolgym.agents.policy import ChatPolicy
 from toolgym.data.records import Task
 from toolgym.envs.decomposition import INSTRUCTION, DecompositionEnv, parse_subtasks
+from toolgym.retrieval.decompose import request_then_clauses
 
 
 class PolicyDecomposer:
@@ -59,6 +60,11 @@ class PolicyDecomposer:
         return f"PolicyDecomposer({type(self.policy).__name__})"
 
 
+def split_where(tasks: Sequence[Task], split: Sequence[bool]) -> list[list[str]]:
+    """Each task's sub-queries under a split decision: the raw request then its clauses
+    (:func:`~toolgym.retrieval.decompose.request_then_clauses`) where ``split``, else the raw request."""
+    return [request_then_clauses(t.context_text(), t.query) if yes else [t.context_text()] for t, yes in zip(tasks, split)]
+
 
 class GatedClauseDecomposer:
     """``decomposer(tasks) -> [[subtask, ...], ...]``: a trained policy decides *whether* to split,
@@ -81,12 +87,8 @@ class GatedClauseDecomposer:
         return self.policy_decomposer.seconds
 
     def __call__(self, tasks: Sequence[Task]) -> list[list[str]]:
-        from toolgym.retrieval.decompose import request_then_clauses
-
-        written = self.policy_decomposer(tasks)
-        self.split = [len(subtasks) > 1 for subtasks in written]
-        return [request_then_clauses(t.context_text(), t.query) if split else [t.context_text()]
-                for t, split in zip(tasks, self.split)]
+        self.split = [len(subtasks) > 1 for subtasks in self.policy_decomposer(tasks)]
+        return split_where(tasks, self.split)
 
     def __repr__(self) -> str:
         return f"GatedClauseDecomposer({self.policy_decomposer!r})"

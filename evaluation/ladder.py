@@ -26,7 +26,6 @@ from typing import Any
 
 from toolgym.data.records import Task
 from toolgym.retrieval.corpus import ToolCorpus
-from toolgym.retrieval.decompose import request_then_clauses
 
 DEPTH = 20  # the candidate list reranked and cut by dynamic top-K (`toolgym eval --candidates`)
 KS = (5, 10, 20)
@@ -198,10 +197,10 @@ def run_ladder(
             rungs[POLICY], per_query[POLICY] = decomposer_rung(data, decomposer, log, retriever="hybrid",
                                                                retriever_options=options)
             # the same decisions, the rule's words: split where the policy wrote more than one subtask
+            from toolgym.evaluation.decomposer import split_where
+
             split = {row["task_id"]: row["subtasks"] > 1 for row in per_query[POLICY]}
-            rung(GATED, first, reranker=reranker,
-                 decompose=lambda ts: [request_then_clauses(t.context_text(), t.query) if split[t.id]
-                                       else [t.context_text()] for t in ts])
+            rung(GATED, first, reranker=reranker, decompose=lambda ts: split_where(ts, [split[t.id] for t in ts]))
             rungs[GATED]["split_share"] = sum(split.values()) / len(split)
         else:
             rungs[POLICY] = rungs[GATED] = {"status": NOT_TRAINED}
