@@ -48,6 +48,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: shared CPUs
 
 from benchmarks._report import RESULTS, host_info, markdown_table, weights_fingerprint  # noqa: E402
 from benchmarks.learning import DECOMPOSITION_ENVS, ENVS, evaluate, grpo_config  # noqa: E402
+from toolgym.envs.decomposition import SPLIT_RULES  # noqa: E402
 
 TOOLSEARCH_ENVS = ("toolsearch", "toolsearch_multi", "toolsearch_multi_cat")
 RUN_FILES = RESULTS / "credit_schemes"  # one committed file per finished (env, scheme, seed) run
@@ -128,6 +129,8 @@ def set_decompose_env(args: argparse.Namespace) -> str:
         if name != "mixture" or not args.decompose_retriever:
             raise ValueError("--decompose-unseen-only needs --decompose-env mixture and --decompose-retriever")
         ENVS[name] = {**ENVS[name], "kwargs": {**ENVS[name]["kwargs"], "unseen_by_retriever": True}}
+    if getattr(args, "decompose_split_rule", None):
+        ENVS[name] = {**ENVS[name], "kwargs": {**ENVS[name]["kwargs"], "split_rule": args.decompose_split_rule}}
     return name
 
 
@@ -1103,6 +1106,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decompose-unseen-only", action="store_true",
                     help="mixture: train only on the training queries --decompose-retriever set aside and never "
                          "trained on (the env's unseen_by_retriever), where its reward sees honest retrieval")
+    ap.add_argument("--decompose-split-rule", default=None, choices=SPLIT_RULES,
+                    help="the policy only decides whether to split and this rule writes the split (the env's "
+                         "split_rule): the reward scores what the policy-gated retrieval pipeline searches")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="GRPO config overrides for every run, e.g. sampling.temperature=1.2 grpo.lr=2e-3")
     ap.add_argument("--out", default="runs/credit_schemes")

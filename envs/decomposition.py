@@ -21,6 +21,7 @@ from toolgym.envs.actions import ACTION_MAX_CHARS, check_count
 from toolgym.envs.base import Episode, ToolEnv, action_text
 from toolgym.envs.syntax import strip_thinking
 from toolgym.retrieval.corpus import ToolCorpus
+from toolgym.retrieval.decompose import split_where
 from toolgym.retrieval.fusion import FUSION_METHODS, fuse
 from toolgym.retrieval.metrics import check_counterfactual_weights, counterfactual_decomposition_reward, ndcg_at_k
 
@@ -29,6 +30,8 @@ _SEPARATOR = re.compile(r"<br\s*/?>|\n", re.I)
 # "1.", "2)", "-", "*", "•", "Step 3:", "Subtask 2 -" at the start of a line
 _MARKER = re.compile(r"^\s*(?:(?:step|subtask|task)\s*\d+\s*[:.)-]?|\d+\s*[.)]|[-*•])\s*", re.I)
 MAX_SUBTASK_CHARS = 1000
+# split_rule -> what the answer's split decision retrieves (None: the answer's own lines)
+SPLIT_RULES = ("request_clauses",)
 
 INSTRUCTION = (
     "Rewrite the user's latest request as a list of atomic subtasks, one per line. Each subtask "
@@ -70,6 +73,13 @@ class DecompositionEnv(ToolEnv):
         fusion: ``round_robin`` (default), ``rrf`` or ``max_score``.
         lambda_ndcg, lambda_full: the weights of the counterfactual reward (default 1, 1).
         max_subtasks: subtasks beyond this many are dropped (reported in ``info``).
+        split_rule: ``None`` (default): the answer's lines are the subtasks (MagicSelector).
+            ``"request_clauses"``: the answer only decides *whether* to split, and a rule writes the
+            split. More than one line splits: the raw request, then its latest request's clauses
+            (:func:`~toolgym.retrieval.decompose.split_where`); one line or none leaves the request
+            whole. The reward then scores exactly what the policy-gated retrieval pipeline
+            (``toolgym eval retrieval --decompose gated:PATH``) searches, and ``info["split"]`` holds
+            the decision.
 
     A turn that is not text, or longer than ``ACTION_MAX_CHARS``, counts as invalid and yields
     no subtasks. ``options["progress"]`` is accepted (and checked) so a trainer can pass the
@@ -87,6 +97,7 @@ class DecompositionEnv(ToolEnv):
         lambda_ndcg: float = 1.0,
         lambda_full: float = 1.0,
         max_subtasks: int = 16,
+        split_rule: str | None = None,
         split: str | None = None,
         retriever: str = "bm25",
         retriever_options: dict[str, Any] | None = None,
@@ -96,12 +107,15 @@ class DecompositionEnv(ToolEnv):
         if fusion not in FUSION_METHODS:
             raise ValueError(f"unknown fusion {fusion!r}; choose one of {FUSION_METHODS}")
         lambda_ndcg, lambda_full = check_counterfactual_weights(lambda_ndcg, lambda_full)
+        if split_rule is not None and split_rule not in SPLIT_RULES:
+            raise ValueError(f"unknown split_rule {split_rule!r}; choose None or one of {SPLIT_RULES}")
         super().__init__(corpus, tasks, index, split=split, retriever=retriever,
                          retriever_options=retriever_options, render_mode=render_mode)
         self.k = int(k)
         self.fusion = fusion
         self.lambda_ndcg, self.lambda_full = lambda_ndcg, lambda_full
         self.max_subtasks = int(max_subtasks)
+        self.split_rule = split_rule
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         task, options = self._start(seed, options)
@@ -119,6 +133,9 @@ class DecompositionEnv(ToolEnv):
         unencodable = not invalid and not action.isascii() and _SURROGATE.search(action) is not None
         invalid = invalid or int(unencodable)
         all_subtasks = parse_subtasks(action) if not invalid else []
+        split = len(all_subtasks) > 1
+        if self.split_rule is not None and not invalid:
+            all_subtasks = split_where([task], [split])[0]
         subtasks = all_subtasks[: self.max_subtasks]
         # One batch: the raw context first, then every subtask.
         results = self.index.search_batch([task.context_text()] + subtasks, None, self.k)
@@ -153,6 +170,7 @@ class DecompositionEnv(ToolEnv):
         info = {
             "task_id": task.id,
             "subtasks": list(subtasks),
+            "split": split,
             "subtasks_dropped": len(all_subtasks) - len(subtasks),
             "duplicate_subtasks": len(subtasks) - len(set(s.lower() for s in subtasks)),
             "raw_ranking": raw,

@@ -17,7 +17,7 @@ from typing import Any
 from toolgym.agents.policy import ChatPolicy
 from toolgym.data.records import Task
 from toolgym.envs.decomposition import INSTRUCTION, DecompositionEnv, parse_subtasks
-from toolgym.retrieval.decompose import request_then_clauses
+from toolgym.retrieval.decompose import split_where
 
 
 class PolicyDecomposer:
@@ -58,12 +58,6 @@ class PolicyDecomposer:
 
     def __repr__(self) -> str:
         return f"PolicyDecomposer({type(self.policy).__name__})"
-
-
-def split_where(tasks: Sequence[Task], split: Sequence[bool]) -> list[list[str]]:
-    """Each task's sub-queries under a split decision: the raw request then its clauses
-    (:func:`~toolgym.retrieval.decompose.request_then_clauses`) where ``split``, else the raw request."""
-    return [request_then_clauses(t.context_text(), t.query) if yes else [t.context_text()] for t, yes in zip(tasks, split)]
 
 
 class GatedClauseDecomposer:

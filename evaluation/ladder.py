@@ -197,7 +197,7 @@ def run_ladder(
             rungs[POLICY], per_query[POLICY] = decomposer_rung(data, decomposer, log, retriever="hybrid",
                                                                retriever_options=options)
             # the same decisions, the rule's words: split where the policy wrote more than one subtask
-            from toolgym.evaluation.decomposer import split_where
+            from toolgym.retrieval.decompose import split_where
 
             split = {row["task_id"]: row["subtasks"] > 1 for row in per_query[POLICY]}
             rung(GATED, first, reranker=reranker, decompose=lambda ts: split_where(ts, [split[t.id] for t in ts]))

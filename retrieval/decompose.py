@@ -8,6 +8,11 @@ conjunctions ("and then", ", and", "also", "additionally" ...). It is what
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from toolgym.data.records import Task
 
 # Sentence ends, semicolons and explicit sequencing words. Plain "and" / "also" are too
 # ambiguous ("clubs, managers, and referees", "I'm also curious") to split on.
@@ -56,3 +61,9 @@ def request_then_clauses(context: str, request: str) -> list[str]:
     clauses = split_into_clauses(request)
     context = " ".join(context.split())
     return [context, *clauses] if len(clauses) > 1 else [context]
+
+
+def split_where(tasks: Sequence[Task], split: Sequence[bool]) -> list[list[str]]:
+    """Each task's sub-queries under a split decision: the raw request then its clauses
+    (:func:`request_then_clauses`) where ``split``, else the raw request."""
+    return [request_then_clauses(t.context_text(), t.query) if yes else [t.context_text()] for t, yes in zip(tasks, split)]
