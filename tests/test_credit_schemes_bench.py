@@ -468,6 +468,9 @@ def test_decompose_unseen_only_trains_where_the_retriever_never_trained(tmp_path
                               decompose_unseen_only=True)
     assert cs.set_decompose_env(args) == "mixture"
     assert cs.ENVS["mixture"]["kwargs"]["unseen_by_retriever"] is True  # recorded in every run's settings
+    args.decompose_split_rule = "request_clauses"  # the policy-gated reward, recorded beside it
+    cs.set_decompose_env(args)
+    assert cs.ENVS["mixture"]["kwargs"]["split_rule"] == "request_clauses"
     for env, retriever in (("mixture", None), (None, str(model))):
         with pytest.raises(ValueError, match="needs --decompose-env mixture and --decompose-retriever"):
             cs.set_decompose_env(argparse.Namespace(decompose_env=env, decompose_eval_split=None,

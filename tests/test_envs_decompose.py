@@ -140,3 +140,38 @@ def test_parse_subtasks_is_fast_and_bounded_on_hostile_text(text):
     subtasks = parse_subtasks(text)
     assert time.perf_counter() - start < 2.0  # a hang detector, not a benchmark
     assert sum(len(s) for s in subtasks) + len(subtasks) - 1 <= 32_768  # text and separators
+
+
+def test_split_rule_lets_the_answer_decide_only_whether_to_split():
+    tasks = [Task(id="multi", query="look up alpha alpha then look up beta", gold=frozenset({"alpha", "beta"}))]
+    gated = DecompositionEnv(CORPUS, tasks, k=2, split_rule="request_clauses")
+    free = DecompositionEnv(CORPUS, tasks, k=2)
+    rule = ["look up alpha alpha then look up beta", "look up alpha alpha", "look up beta"]
+    free.reset(options={"task": "multi"})
+    _, rule_reward, _, _, rule_info = free.step("\n".join(rule))
+    # the premise: raw [alpha, combo]; the rule's split fuses [alpha, beta] and completes the gold set:
+    # R_cf = (1 - 1 / (1 + 1/log2 3)) + 1 = 1.3869
+    assert rule_info["raw_ranking"] == ["alpha", "combo"] and rule_info["fused_ranking"] == ["alpha", "beta"]
+    assert rule_reward == pytest.approx(2 - 1 / (1 + 1 / math.log2(3)))
+    for answer in ("x\ny", "1. alpha\n2. beta\n3. gamma"):  # any split retrieves the rule's sub-queries
+        gated.reset(options={"task": "multi"})
+        _, reward, _, _, info = gated.step(answer)
+        assert info["split"] and info["subtasks"] == rule and info["trajectory"].subtasks == rule
+        assert reward == pytest.approx(rule_reward) and info["fused_ranking"] == ["alpha", "beta"]
+    for answer in ("alpha", "", "  \n "):  # one line or none: the whole request, so R_cf is exactly 0
+        gated.reset(options={"task": "multi"})
+        _, reward, _, _, info = gated.step(answer)
+        assert not info["split"] and info["subtasks"] == [tasks[0].query] and reward == 0.0
+        assert info["fused_ranking"] == info["raw_ranking"] and info["invalid_actions"] == 0
+    gated.reset(options={"task": "multi"})
+    _, reward, _, _, info = gated.step(None)  # an invalid turn stays invalid: nothing searched
+    assert info["invalid_actions"] == 1 and info["subtasks"] == [] and info["fused_ranking"] == [] and reward == 0.0
+    with pytest.raises(ValueError, match="unknown split_rule"):
+        DecompositionEnv(CORPUS, tasks, split_rule="clauses")
+
+
+def test_split_rule_reaches_every_source_of_the_mixture():
+    from toolgym.envs.mixture import MixtureDecompositionEnv
+
+    env = MixtureDecompositionEnv([("tiny", CORPUS, TASKS)], split_rule="request_clauses", k=2)
+    assert all(e.split_rule == "request_clauses" for e in env.envs.values())
