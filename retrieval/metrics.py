@@ -72,6 +72,9 @@ def search_recall(seen: Collection[str], gold: Collection[str]) -> float:
     return len(set(seen) & set(gold)) / len(set(gold))
 
 
+NDCG_GAINS = ("clipped", "signed")  # the NDCG term of R_cf: the paper's max(0, ·), or the plain difference
+
+
 def check_counterfactual_weights(lambda_ndcg: float, lambda_full: float) -> tuple[float, float]:
     """The two weights of :func:`counterfactual_decomposition_reward` as floats; a non-number or a
     non-finite weight (inf, NaN) is a ValueError, so a bad config fails when it is read, not as NaN
@@ -95,6 +98,7 @@ def counterfactual_decomposition_reward(
     k: int,
     lambda_ndcg: float = 1.0,
     lambda_full: float = 1.0,
+    ndcg_gain: str = "clipped",
 ) -> float:
     """MagicSelector's counterfactual reward of a decomposition (docs/decisions.md#counterfactual-reward).
 
@@ -102,8 +106,15 @@ def counterfactual_decomposition_reward(
     with N = NDCG@K against G, T_raw^K the top-K for the raw context and T_atom^K the fused
     top-K of the subtasks. It lives here, beside NDCG, so the environment's default reward and
     the reward module are the same function.
+
+    ``ndcg_gain="signed"`` (a toolgym variant, not the paper's) drops the clip: λ_ndcg · (N_atom − N_raw).
+    Why: with the clip a split that ranks the gold tools lower scores the same as no split, so a
+    policy that only decides whether to split gets no signal against harmful splits (docs/learning.md).
     """
+    if ndcg_gain not in NDCG_GAINS:
+        raise ValueError(f"ndcg_gain must be one of {NDCG_GAINS}, got {ndcg_gain!r}")
     n_raw = ndcg_at_k(raw_ranking, gold, k)
     n_atom = ndcg_at_k(atom_ranking, gold, k)
     full_gain = completeness_at_k(atom_ranking, gold, k) - completeness_at_k(raw_ranking, gold, k)
-    return lambda_ndcg * max(0.0, n_atom - n_raw) + lambda_full * full_gain
+    gain = n_atom - n_raw if ndcg_gain == "signed" else max(0.0, n_atom - n_raw)
+    return lambda_ndcg * gain + lambda_full * full_gain

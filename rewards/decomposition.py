@@ -15,6 +15,7 @@ import numpy as np
 from toolgym.data.records import Task, Trajectory
 from toolgym.retrieval.fusion import FUSION_METHODS, fuse
 from toolgym.retrieval.metrics import (
+    NDCG_GAINS,
     check_counterfactual_weights,
     completeness_at_k,
     counterfactual_decomposition_reward,
@@ -48,6 +49,8 @@ class Counterfactual:
     The raw context x (:meth:`~toolgym.data.records.Task.context_text`, as in ``DecompositionEnv``) and every subtask
     retrieve top-K in one ``retrieve`` call; subtask lists are fused (``round_robin`` by default,
     ``rrf`` or ``max_score``, which needs retrieve to return (id, score) pairs) and cut to K.
+    ``ndcg_gain="signed"`` drops the clip of the NDCG term (a toolgym variant; see
+    :func:`~toolgym.retrieval.metrics.counterfactual_decomposition_reward`).
     """
 
     name = "counterfactual"
@@ -62,7 +65,10 @@ class Counterfactual:
         lambda_ndcg: float = 1.0,
         lambda_full: float = 1.0,
         raw_text: Callable[[Task], str] = Task.context_text,
+        ndcg_gain: str = "clipped",
     ):
+        if ndcg_gain not in NDCG_GAINS:
+            raise ValueError(f"ndcg_gain must be one of {NDCG_GAINS}, got {ndcg_gain!r}")
         if retrieve is None:
             raise ValueError("the counterfactual reward needs retrieve(queries, k) -> ranked id lists")
         if fusion not in FUSION_METHODS:
@@ -72,6 +78,7 @@ class Counterfactual:
         self.retrieve, self.k, self.fusion = retrieve, int(k), fusion
         self.lambda_ndcg, self.lambda_full = check_counterfactual_weights(lambda_ndcg, lambda_full)
         self.raw_text = raw_text
+        self.ndcg_gain = ndcg_gain
 
     def score_group(self, trajectories: list[Trajectory], task: Task) -> GroupCredit:
         check_group(trajectories, task)
@@ -96,7 +103,8 @@ class Counterfactual:
                     raise ValueError("fusion 'max_score' needs retrieve to return (id, score) pairs")
                 scores = [sc[: self.k] for sc in scores]
             atom = fuse(lists, self.fusion, k=self.k, scores=scores)
-            r_cf.append(counterfactual_decomposition_reward(raw, atom, gold, self.k, self.lambda_ndcg, self.lambda_full))
+            r_cf.append(counterfactual_decomposition_reward(raw, atom, gold, self.k, self.lambda_ndcg, self.lambda_full,
+                                                            self.ndcg_gain))
             n_atom.append(ndcg_at_k(atom, gold, self.k))
             full_atom.append(completeness_at_k(atom, gold, self.k))
         r = np.array(r_cf, dtype=np.float64)

@@ -102,6 +102,20 @@ def test_counterfactual_completeness_can_be_negative():
     assert credit.advantages[0] == 0.0  # group of one
 
 
+def test_signed_ndcg_gain_charges_a_split_that_ranks_the_gold_tools_lower():
+    # raw [a, b, x]: NDCG 1; split [a, x, b]: DCG 1 + 1/2, NDCG (1 + L4) / IDCG2 = 0.9197; both complete
+    retrieve = table_retrieve({RAW: ["a", "b", "x"], "s1": ["a", "x", "y"], "s2": ["x", "b", "y"]})
+    group = [rollout(["s1", "s2"]), rollout([RAW])]
+    clipped = Counterfactual(retrieve, k=3).score_group(group, TASK)
+    assert list(clipped.rewards) == [0.0, 0.0] and list(clipped.advantages) == [0.0, 0.0]  # the clip hides the loss
+    signed = Counterfactual(retrieve, k=3, ndcg_gain="signed").score_group(group, TASK)
+    assert signed.rewards[0] == pytest.approx((1 + L4) / IDCG2 - 1) and signed.rewards[0] == pytest.approx(-0.080, abs=1e-3)
+    assert signed.rewards[1] == 0.0 and signed.advantages[0] < 0 < signed.advantages[1]
+    for bad in ("signed ", "max", None):
+        with pytest.raises(ValueError, match="ndcg_gain"):
+            Counterfactual(retrieve, k=3, ndcg_gain=bad)
+
+
 # -- preference ------------------------------------------------------------------------------
 def test_preference_reward_is_sigmoid_of_difference():
     assert preference_reward(1.0, 1.0) == pytest.approx(0.5)
