@@ -1005,17 +1005,27 @@ def pooled_report(folders: Sequence[Path], write: bool = True, doc: Path | None 
     return body
 
 
+TRAINING_ONLY_KWARGS = {"unseen_by_retriever"}  # env kwargs that change the training tasks, not the evaluation
+
+
+def eval_kwargs_differences(run: dict[str, Any], here: dict[str, Any]) -> dict[str, Any]:
+    """The env kwargs of ``run`` that change its evaluation from ``here``'s: name -> ``run``'s value (None when unset)."""
+    mine, theirs = here["settings"].get("env_kwargs") or {}, run["settings"].get("env_kwargs") or {}
+    return {k: theirs.get(k) for k in sorted((set(mine) | set(theirs)) - TRAINING_ONLY_KWARGS) if mine.get(k) != theirs.get(k)}
+
+
 def warm_starts_elsewhere(env_name: str, runs: list[dict[str, Any]], results_dir: Path) -> dict[str, dict[str, Any]]:
     """The warm starts of ``env_name`` in the other committed results folders (``credit_schemes*``) whose
-    fingerprint differs from this folder's: folder name -> one of its run files."""
-    mine = runs[0]["warm_start_fingerprint"]
+    fingerprint differs from this folder's, or whose env kwargs evaluate differently (the same model with
+    another ``split_rule``): folder name -> one of its run files."""
+    here = runs[0]
     out = {}
     for folder in sorted(RESULTS.glob("credit_schemes*")):
         if not folder.is_dir() or folder.resolve() == Path(results_dir).resolve():
             continue
         for path in sorted(folder.glob(f"{env_name}/*_seed*.json"))[:1]:
             run = json.loads(path.read_text())
-            if run.get("warm_start_fingerprint") != mine:
+            if run.get("warm_start_fingerprint") != here["warm_start_fingerprint"] or eval_kwargs_differences(run, here):
                 out[folder.name] = run
     return out
 
@@ -1023,7 +1033,7 @@ def warm_starts_elsewhere(env_name: str, runs: list[dict[str, Any]], results_dir
 def warm_start_table(env_name: str, runs: list[dict[str, Any]], others: dict[str, dict[str, Any]]) -> str:
     """This folder's warm start beside the other folders' on the held-out tasks they all evaluated (each
     folder's warm evaluation covers the first N held-out tasks, so the shared ones are the shortest list),
-    and on all of this folder's tasks."""
+    and on all of this folder's tasks; a folder whose env evaluates differently names the kwargs that differ."""
     import numpy as np
 
     names = metric_names(env_name)
@@ -1037,11 +1047,16 @@ def warm_start_table(env_name: str, runs: list[dict[str, Any]], others: dict[str
         by_id = {r["task_id"]: r for r in run["warm"]["rows"]}
         return [f"{np.mean([by_id[t][k] for t in ids]):.3f}" for k in names]
 
+    def evaluated_with(run: dict[str, Any]) -> str:
+        diff = eval_kwargs_differences(run, here)
+        return " evaluated with " + ", ".join(f"`{k}={v!r}`" for k, v in diff.items()) if diff else ""
+
     rows = [[f"this folder's (`{here['settings']['warm_start']}`, `{here['warm_start_fingerprint'][:19]}…`)",
              len(here["warm"]["rows"]), *means(here, [r["task_id"] for r in here["warm"]["rows"]])]]
-    rows += [[f"this folder's, first {len(shared)}", len(shared), *means(here, shared)]]
-    rows += [[f"`{name}`'s (`{run['settings']['warm_start']}`, `{run['warm_start_fingerprint'][:19]}…`), first {len(shared)}",
-              len(shared), *means(run, shared)] for name, run in others.items()]
+    if len(shared) < len(here["warm"]["rows"]):
+        rows += [[f"this folder's, first {len(shared)}", len(shared), *means(here, shared)]]
+    rows += [[f"`{name}`'s (`{run['settings']['warm_start']}`, `{run['warm_start_fingerprint'][:19]}…`){evaluated_with(run)}, "
+              f"first {len(shared)}", len(shared), *means(run, shared)] for name, run in others.items()]
     return ("Warm starts on the same held-out tasks (greedy; `turns` = searches per episode):\n\n"
             + markdown_table(["warm start", "tasks", *names.values()], rows))
 

@@ -548,3 +548,21 @@ def test_training_runs_fix_the_mmap_threshold_before_anything_trains(monkeypatch
     with pytest.raises(SystemExit):  # a report trains nothing: the allocator is left alone
         cs.main(["--report", "--pool", "/nonexistent"])
     assert calls == []
+
+
+def test_the_same_warm_start_evaluated_with_another_split_rule_is_listed_and_labelled(tmp_path, monkeypatch):
+    monkeypatch.setattr(cs, "RESULTS", tmp_path)
+    base = {"warm_start": "W", "steps": 3, "eval_every": 3, "eval_tasks": 3, "tasks_per_step": 4, "group_size": 8,
+            "overrides": [], "env_kwargs": {"k": 10, "unseen_by_retriever": True}}
+    gated = {**base, "env_kwargs": {"k": 10, "split_rule": "request_clauses"}}
+    here = _write_folder(tmp_path, "credit_schemes_here", FP, [("toolsearcher", 0, [0, 0, 0], [1, 0, 0])], base)
+    _write_folder(tmp_path, "credit_schemes_gated", FP, [("toolsearcher", 0, [1, 1, 0], [1, 1, 1])], gated)
+    _write_folder(tmp_path, "credit_schemes_twin", FP, [("toolsearcher", 0, [0, 1, 0], [0, 0, 0])],
+                  {**base, "env_kwargs": {"k": 10}})  # differs only in a training-only kwarg: the same warm start
+    runs = [json.loads(p.read_text()) for p in sorted((here / "toolsearch_multi").glob("*.json"))]
+    others = cs.warm_starts_elsewhere("toolsearch_multi", runs, here)
+    assert list(others) == ["credit_schemes_gated"]
+    assert cs.eval_kwargs_differences(others["credit_schemes_gated"], runs[0]) == {"split_rule": "request_clauses"}
+    table = cs.warm_start_table("toolsearch_multi", runs, others)
+    assert "evaluated with `split_rule='request_clauses'`, first 3 | 3 | 0.667" in table
+    assert "this folder's, first" not in table  # the shared tasks are all of this folder's: no second row
