@@ -1019,13 +1019,15 @@ def warm_starts_elsewhere(env_name: str, runs: list[dict[str, Any]], results_dir
     fingerprint differs from this folder's, or whose env kwargs evaluate differently (the same model with
     another ``split_rule``): folder name -> one of its run files."""
     here = runs[0]
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for folder in sorted(RESULTS.glob("credit_schemes*")):
         if not folder.is_dir() or folder.resolve() == Path(results_dir).resolve():
             continue
         for path in sorted(folder.glob(f"{env_name}/*_seed*.json"))[:1]:
             run = json.loads(path.read_text())
-            if run.get("warm_start_fingerprint") != here["warm_start_fingerprint"] or eval_kwargs_differences(run, here):
+            same_as = [run.get("warm_start_fingerprint") == o.get("warm_start_fingerprint") and not eval_kwargs_differences(run, o)
+                       for o in [here, *out.values()]]
+            if not any(same_as):  # one row per (warm start, evaluation): the first folder that has it
                 out[folder.name] = run
     return out
 

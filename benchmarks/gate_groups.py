@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -97,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", nargs="+", required=True, help="GRPO run folders (credit_schemes --out .../mixture/<scheme>_seed<k>)")
     ap.add_argument("--name", default="gate_groups", help="results/<name>.json and its docs/benchmarks.md section")
     args = ap.parse_args(argv)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
+        ap.error(f"--name must be a plain file name (letters, digits, _ . -), got {args.name!r}")
     per_run = {str(run): summarise(read_groups(Path(run))) for run in args.runs}
     total = summarise([g for run in args.runs for g in read_groups(Path(run))])
     heads = ["run", "groups", "mixed (rollouts disagree on splitting)", "R_cf differs", "signed reward differs",

@@ -43,3 +43,9 @@ def test_read_groups_and_the_split_shares_per_source(tmp_path):
     assert summary["split_share"] == {"api_bank": 0.0, "seal_tools": 0.5}
     with pytest.raises(SystemExit, match="no rollouts"):
         gate_groups.read_groups(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("name", ["/dev/null", "../gate", "a b", ""])
+def test_a_name_that_is_not_a_plain_file_name_is_refused(name, tmp_path):
+    with pytest.raises(SystemExit):
+        gate_groups.main(["--runs", str(tmp_path), "--name", name])
