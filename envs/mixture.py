@@ -80,7 +80,7 @@ class MixtureDecompositionEnv(gymnasium.Env[str, str]):
         split: restrict random task choice to this split (``options["split"]`` overrides).
         render_mode: ``None`` or ``"ansi"``.
         env_kwargs: the :class:`DecompositionEnv` settings every source's env gets (``k``,
-            ``fusion``, ``lambda_ndcg``, ``lambda_full``, ``max_subtasks``, ``retriever``,
+            ``fusion``, ``lambda_ndcg``, ``lambda_full``, ``max_subtasks``, ``split_rule``, ``retriever``,
             ``retriever_options``).
 
     ``tasks`` interleaves the sources (:func:`interleave`), so a trainer's seeded task order and an
