@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from toolgym.data.records import Task
+from typing import Protocol
 
 # Sentence ends, semicolons and explicit sequencing words. Plain "and" / "also" are too
 # ambiguous ("clubs, managers, and referees", "I'm also curious") to split on.
@@ -63,7 +60,16 @@ def request_then_clauses(context: str, request: str) -> list[str]:
     return [context, *clauses] if len(clauses) > 1 else [context]
 
 
-def split_where(tasks: Sequence[Task], split: Sequence[bool]) -> list[list[str]]:
+class Request(Protocol):
+    """What :func:`split_where` reads of a task (a :class:`toolgym.data.records.Task`; retrieval does
+    not import data, which imports retrieval)."""
+
+    query: str
+
+    def context_text(self) -> str: ...
+
+
+def split_where(tasks: Sequence[Request], split: Sequence[bool]) -> list[list[str]]:
     """Each task's sub-queries under a split decision: the raw request then its clauses
     (:func:`request_then_clauses`) where ``split``, else the raw request."""
     return [request_then_clauses(t.context_text(), t.query) if yes else [t.context_text()] for t, yes in zip(tasks, split)]
