@@ -400,7 +400,8 @@ def seed_level(per_seed: Sequence[float], alpha: float = 0.05, power: float = 0.
     """The difference with the seed as the unit: each seed's mean difference is one draw of a trained model.
 
     mean d̄ = (1/n) Σ_s d_s;  se = sd(d_s) / √n;  t = d̄ / se with df = n − 1;  ``clears`` = |d̄| > 2 se
-    (the project's bar for a gain). ``mde``: the smallest true difference this many seeds detect with
+    (the project's bar for a gain; never when every seed gave the same difference, se 0: those seeds ended
+    alike, one model drawn three times, not a precise one). ``mde``: the smallest true difference this many seeds detect with
     probability ``power`` in a two-sided t-test at level ``alpha``,
     (t_{1−α/2, n−1} + t_{power, n−1}) · sd / √n (None below 2 seeds). Across seeds the task set is fixed,
     so the task-to-task spread is inside every d_s and the seed-level se covers both.
@@ -417,7 +418,7 @@ def seed_level(per_seed: Sequence[float], alpha: float = 0.05, power: float = 0.
     sd = float(d.std(ddof=1))
     se = sd / math.sqrt(n)
     out.update(sd=sd, se=se, t=float(d.mean()) / se if se > 0 else None,  # None: every seed gave the same difference
-               clears=bool(abs(d.mean()) > 2 * se),
+               clears=bool(se > 0 and abs(d.mean()) > 2 * se),
                mde=float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * se))
     return out
 
@@ -606,7 +607,9 @@ def _seed_pm(sl: dict[str, Any], mark: bool = True) -> str:
         return f"{sl['mean']:+.3f} (1 seed)"
     if sl["t"] is None and sl["mean"] == 0:
         return "±0.000 (the same on every seed)"
-    t = f"t {sl['t']:.2f}" if sl["t"] is not None else "t ∞"
+    if sl["t"] is None:  # a nonzero difference, identical on every seed: the seeds ended alike
+        return f"{sl['mean']:+.3f} on every seed (no seed spread: the seeds ended alike)"
+    t = f"t {sl['t']:.2f}"
     return f"{sl['mean']:+.3f} ± {sl['se']:.3f}" + (f" ({t}, df {sl['df']})" if mark else "") + (
         " ✔" if mark and sl["clears"] else "")
 

@@ -352,6 +352,9 @@ def test_seed_level_difference_on_hand_numbers():
     assert one["se"] is None and not one["clears"] and one["mde"] is None
     flat = cs.seed_level([0.1, -0.1])  # mean 0: never clears
     assert flat["mean"] == 0 and not flat["clears"]
+    alike = cs.seed_level([-0.033, -0.033, -0.033])  # three seeds that ended alike: one model, no seed spread
+    assert alike["se"] == 0 and alike["t"] is None and not alike["clears"]
+    assert cs._seed_pm(alike) == "-0.033 on every seed (no seed spread: the seeds ended alike)"
 
 
 def test_seeds_to_detect_grows_with_the_seed_spread():
