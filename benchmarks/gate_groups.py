@@ -100,8 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
         ap.error(f"--name must be a plain file name (letters, digits, _ . -), got {args.name!r}")
-    per_run = {str(run): summarise(read_groups(Path(run))) for run in args.runs}
-    total = summarise([g for run in args.runs for g in read_groups(Path(run))])
+    groups = {str(run): read_groups(Path(run)) for run in args.runs}
+    per_run = {run: summarise(gs) for run, gs in groups.items()}
+    total = summarise([g for gs in groups.values() for g in gs])
     heads = ["run", "groups", "mixed (rollouts disagree on splitting)", "R_cf differs", "signed reward differs",
              "R_cf level, split ranks gold lower (hidden loss)", "share of rollouts that split, by source"]
 

@@ -31,26 +31,20 @@ K = 10
 def split_rows(env: Any) -> list[dict[str, Any]]:
     """Per request of a mixture env's tasks: its source, whether the rule splits it, and the split's R_cf
     (clipped and signed), ΔN@5 and ΔC@10 against the whole request (0 where the rule leaves it whole)."""
-    from toolgym.retrieval.decompose import split_where
-    from toolgym.retrieval.fusion import fuse
+    from toolgym.evaluation.retrieval import rank_tasks
+    from toolgym.retrieval.decompose import request_then_clauses
 
     rows = []
     for source, sub in env.envs.items():
-        splits = split_where(sub.tasks, [True] * len(sub.tasks))
-        raws = sub.index.search_batch([t.context_text() for t in sub.tasks], None, K)
-        flat = [q for qs in splits for q in qs]
-        results, pos = sub.index.search_batch(flat, None, K), 0
-        for task, queries, raw in zip(sub.tasks, splits, raws):
-            group = results[pos:pos + len(queries)]
-            pos += len(queries)
-            raw_ids = list(raw.ids)
-            fused = fuse([list(r.ids) for r in group], "round_robin", K) if len(queries) > 1 else raw_ids
+        raws, _ = rank_tasks(sub.index, sub.tasks, K, "none")
+        fused_lists, _ = rank_tasks(sub.index, sub.tasks, K, "request_clauses")  # what split_rule searches
+        for task, raw, fused in zip(sub.tasks, raws, fused_lists):
             rows.append({
-                "task_id": task.id, "source": source, "split": len(queries) > 1,
-                "r_cf": counterfactual_decomposition_reward(raw_ids, fused, task.gold, K),
-                "r_cf_signed": counterfactual_decomposition_reward(raw_ids, fused, task.gold, K, ndcg_gain="signed"),
-                "d_ndcg5": ndcg_at_k(fused, task.gold, 5) - ndcg_at_k(raw_ids, task.gold, 5),
-                "d_c10": completeness_at_k(fused, task.gold, K) - completeness_at_k(raw_ids, task.gold, K),
+                "task_id": task.id, "source": source, "split": len(request_then_clauses(task.context_text(), task.query)) > 1,
+                "r_cf": counterfactual_decomposition_reward(raw, fused, task.gold, K),
+                "r_cf_signed": counterfactual_decomposition_reward(raw, fused, task.gold, K, ndcg_gain="signed"),
+                "d_ndcg5": ndcg_at_k(fused, task.gold, 5) - ndcg_at_k(raw, task.gold, 5),
+                "d_c10": completeness_at_k(fused, task.gold, K) - completeness_at_k(raw, task.gold, K),
             })
     return rows
 

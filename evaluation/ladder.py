@@ -26,6 +26,7 @@ from typing import Any
 
 from toolgym.data.records import Task
 from toolgym.retrieval.corpus import ToolCorpus
+from toolgym.retrieval.decompose import split_where
 
 DEPTH = 20  # the candidate list reranked and cut by dynamic top-K (`toolgym eval --candidates`)
 KS = (5, 10, 20)
@@ -197,8 +198,6 @@ def run_ladder(
             rungs[POLICY], per_query[POLICY] = decomposer_rung(data, decomposer, log, retriever="hybrid",
                                                                retriever_options=options)
             # the same decisions, the rule's words: split where the policy wrote more than one subtask
-            from toolgym.retrieval.decompose import split_where
-
             split = {row["task_id"]: row["subtasks"] > 1 for row in per_query[POLICY]}
             rung(GATED, first, reranker=reranker, decompose=lambda ts: split_where(ts, [split[t.id] for t in ts]))
             rungs[GATED]["split_share"] = sum(split.values()) / len(split)

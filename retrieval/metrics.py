@@ -75,6 +75,13 @@ def search_recall(seen: Collection[str], gold: Collection[str]) -> float:
 NDCG_GAINS = ("clipped", "signed")  # the NDCG term of R_cf: the paper's max(0, ·), or the plain difference
 
 
+def check_ndcg_gain(ndcg_gain: str) -> str:
+    """``ndcg_gain`` when it is one of :data:`NDCG_GAINS`, else a ValueError naming them."""
+    if ndcg_gain not in NDCG_GAINS:
+        raise ValueError(f"ndcg_gain must be one of {NDCG_GAINS}, got {ndcg_gain!r}")
+    return ndcg_gain
+
+
 def check_counterfactual_weights(lambda_ndcg: float, lambda_full: float) -> tuple[float, float]:
     """The two weights of :func:`counterfactual_decomposition_reward` as floats; a non-number or a
     non-finite weight (inf, NaN) is a ValueError, so a bad config fails when it is read, not as NaN
@@ -111,8 +118,7 @@ def counterfactual_decomposition_reward(
     Why: with the clip a split that ranks the gold tools lower scores the same as no split, so a
     policy that only decides whether to split gets no signal against harmful splits (docs/learning.md).
     """
-    if ndcg_gain not in NDCG_GAINS:
-        raise ValueError(f"ndcg_gain must be one of {NDCG_GAINS}, got {ndcg_gain!r}")
+    check_ndcg_gain(ndcg_gain)
     n_raw = ndcg_at_k(raw_ranking, gold, k)
     n_atom = ndcg_at_k(atom_ranking, gold, k)
     full_gain = completeness_at_k(atom_ranking, gold, k) - completeness_at_k(raw_ranking, gold, k)

@@ -15,8 +15,8 @@ import numpy as np
 from toolgym.data.records import Task, Trajectory
 from toolgym.retrieval.fusion import FUSION_METHODS, fuse
 from toolgym.retrieval.metrics import (
-    NDCG_GAINS,
     check_counterfactual_weights,
+    check_ndcg_gain,
     completeness_at_k,
     counterfactual_decomposition_reward,
     ndcg_at_k,
@@ -67,8 +67,7 @@ class Counterfactual:
         raw_text: Callable[[Task], str] = Task.context_text,
         ndcg_gain: str = "clipped",
     ):
-        if ndcg_gain not in NDCG_GAINS:
-            raise ValueError(f"ndcg_gain must be one of {NDCG_GAINS}, got {ndcg_gain!r}")
+        ndcg_gain = check_ndcg_gain(ndcg_gain)
         if retrieve is None:
             raise ValueError("the counterfactual reward needs retrieve(queries, k) -> ranked id lists")
         if fusion not in FUSION_METHODS:
