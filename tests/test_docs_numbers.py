@@ -195,6 +195,7 @@ def paired_gains_from_rows() -> dict[str, list[frozenset[str]]]:
     import itertools
 
     learning = bench("learning")
+    from toolgym.evaluation.evaluate import paired_gain
     from toolgym.evaluation.paired import compare
 
     out: dict[str, list[frozenset[str]]] = {}
@@ -228,6 +229,11 @@ def paired_gains_from_rows() -> dict[str, list[frozenset[str]]]:
     rows = payload("toolsearch_invalid")["rows"]  # plain vs constrained decoding of the warm start
     g = compare({"rows": rows["plain"]}, {"rows": rows["constrained"]})
     out.setdefault(f"{g['gain']:+.3f} ± {g['se']:.3f}", []).append(frozenset({"constrained"}))
+    cost = payload("category_cost")["rows"]  # a category-naming policy's searches re-run without categories
+    for a, b, names in (("as_run", "unknown_dropped", {"as run", "unknown categor"}),
+                        ("unknown_dropped", "no_category", {"unknown categor", "no category"})):
+        g = paired_gain([r[f"recall_{a}"] for r in cost], [r[f"recall_{b}"] for r in cost])
+        out.setdefault(f"{g['gain']:+.3f} ± {g['se']:.3f}", []).append(frozenset(names))
     for value, names in credit_scheme_gains().items():
         out.setdefault(value, []).extend(names)
     return out
