@@ -70,9 +70,10 @@ def episode_category_cost(task: Any, trajectory: Any, index: Any, categories: Se
         if message.get("role") == "assistant":
             action = parse_action(message.get("content", ""), protocol)
             if isinstance(action, Search) and action.query.strip():
-                category = action.category if action.category in known else None
-                seen["unknown_dropped"].update(index.search(action.query, category, top_k).ids[:top_k])
-                seen["no_category"].update(index.search(action.query, None, top_k).ids[:top_k])
+                whole = index.search(action.query, None, top_k).ids[:top_k]
+                seen["no_category"].update(whole)
+                confined = action.category in known  # an unknown category is searched without one
+                seen["unknown_dropped"].update(index.search(action.query, action.category, top_k).ids[:top_k] if confined else whole)
         elif message.get("role") in ("tool", "user") and message.get("content", "").startswith("Error"):
             errors[error_kind(message["content"])] += 1
     named = right = 0
@@ -123,8 +124,9 @@ def run_episodes(policy_dir: str, env: dict[str, Any], tasks: int, batch: int, p
                 "env_kwargs": {**env["kwargs"], "split": env.get("eval_split", "heldout")},
                 "max_new_tokens": env["max_new_tokens"], "stop_strings": list(env["stop_strings"])}
     marker = path.with_suffix(".settings.json")
-    if path.exists() and marker.exists() and json.loads(marker.read_text()) == settings:
-        return json.loads(marker.read_text())
+    saved = json.loads(marker.read_text()) if path.exists() and marker.exists() else {}
+    if {k: v for k, v in saved.items() if k != "seconds"} == settings:  # the marker adds the episodes' seconds
+        return saved
     policy = load_policy(policy_dir, sampling={"max_new_tokens": env["max_new_tokens"], "stop_strings": env["stop_strings"],
                                                "temperature": 0.0})
     kwargs = settings["env_kwargs"]
