@@ -19,9 +19,13 @@ rollouts scored under every scheme (``<env>/replay_rollouts.jsonl``, made by ``-
 RUN_DIR``), and the figures; it writes them into docs/learning.md between the
 ``credit_schemes_runs`` markers. Not run in CI.
 
-``--jobs N`` trains the runs in N processes of cpus/N threads each: decoding a 135M model uses two
-cores poorly (one decode step of 32 rows at 300 tokens of context: 204 ms with 2 threads, 260 ms
-in each of two 1-thread processes at once, so two processes decode ~1.6x as many tokens).
+``--jobs N`` trains the runs in N processes (lanes) of cpus/N threads each: decoding a 135M model
+uses two cores poorly (one decode step of 32 rows at 300 tokens of context: 204 ms with 2 threads,
+260 ms in each of two 1-thread processes at once, so two processes decode ~1.6x as many tokens).
+The lanes share the plan as they go: each walks it in order and trains the next run that no other
+process holds (:func:`claimed_runs`, a ``flock`` in the run's folder), so a lane is never idle while
+a run is left, however many of the plan's runs earlier sittings finished, and the same command,
+re-run each sitting, resumes the rest. Two invocations started side by side share a plan the same way.
 
     python -m benchmarks.credit_schemes --warm-start runs/sft_toolsearch/model --toolsearch-env toolsearch_multi \
         --steps 3 --eval-every 3 --seeds 0 1 2 --eval-tasks 40 --tasks-per-step 4 --group-size 8 \
@@ -33,13 +37,14 @@ in each of two 1-thread processes at once, so two processes decode ~1.6x as many
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -252,6 +257,28 @@ def run_plan(wanted: dict[str, Sequence[str]], seeds: Sequence[int], counts: dic
     limits a scheme to the first N seeds."""
     return [(env, scheme, seed) for i, seed in enumerate(seeds) for env, schemes in wanted.items() for scheme in schemes
             if i < counts.get(scheme, len(seeds))]
+
+
+CLAIM_LOCK = ".credit_schemes_lane.lock"
+
+
+def claimed_runs(plan: Sequence[tuple[str, str, int]], out: Path) -> Iterator[tuple[str, str, int]]:
+    """The runs of ``plan`` that no other process holds, in order, each held (a ``flock`` on
+    ``out/<env>/<scheme>_seed<k>/.credit_schemes_lane.lock``) until the caller asks for the next.
+
+    Lanes walking one plan this way share it dynamically: a run another lane trains is skipped, a
+    finished run is passed on (``run_scheme`` returns its file), and the kernel drops the claim of a
+    killed lane, so nothing stays claimed."""
+    from toolgym.trainers.run_lock import run_dir_lock
+
+    for env, scheme, seed in plan:
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(run_dir_lock(Path(out) / env / f"{scheme}_seed{seed}", "credit_schemes lane",
+                                                lock_file=CLAIM_LOCK))
+            except ValueError:  # another lane holds it
+                continue
+            yield env, scheme, seed
 
 
 def apply_variant(cfg: Any, variant: str, env_name: str) -> Any:
@@ -1067,7 +1094,8 @@ def warm_start_table(env_name: str, runs: list[dict[str, Any]], others: dict[str
 
 
 def run_shards(jobs: int, argv: list[str], out: Path) -> None:
-    """Train the runs in ``jobs`` processes (``--shard k/jobs``) of cpus/jobs threads each; logs in ``out``."""
+    """Train the runs in ``jobs`` lanes (``--shard k/jobs``) of cpus/jobs threads each, sharing the plan
+    through :func:`claimed_runs`; logs in ``out``."""
     threads = max(1, (os.cpu_count() or 1) // jobs)
     out.mkdir(parents=True, exist_ok=True)
     procs = []
@@ -1207,13 +1235,12 @@ def main(argv: list[str] | None = None) -> int:
         warm["task_set"] = task_set_stats(env)
     args.results_dir = str(results_dir)
     if shard is not None:
-        for i, (env, scheme, seed) in enumerate(plan):
-            if i % shard[1] == shard[0]:
-                run_scheme(env, scheme, seed, args, warms[env])
+        for env, scheme, seed in claimed_runs(plan, Path(args.out)):
+            run_scheme(env, scheme, seed, args, warms[env])
         return 0
     if args.jobs > 1:
         run_shards(args.jobs, argv, Path(args.out))
-    for env, scheme, seed in plan:  # all cached after shards
+    for env, scheme, seed in claimed_runs(plan, Path(args.out)):  # cached after the lanes
         run_scheme(env, scheme, seed, args, warms[env])
     print(report(results_dir, write=not args.no_report, png_dir=Path(args.out) if args.no_report else None))
     return 0

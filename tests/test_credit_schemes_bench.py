@@ -569,3 +569,31 @@ def test_the_same_warm_start_evaluated_with_another_split_rule_is_listed_and_lab
     table = cs.warm_start_table("toolsearch_multi", runs, others)
     assert "evaluated with `split_rule='request_clauses'`, first 3 | 3 | 0.667" in table
     assert "this folder's, first" not in table  # the shared tasks are all of this folder's: no second row
+
+
+def test_lanes_share_a_plan_run_by_run_through_their_claims(tmp_path):
+    """`--jobs 2` once split the plan by index, so the lane whose runs earlier sittings had
+    finished sat idle while the other trained its share one run after another."""
+    plan = [("env", "a", 0), ("env", "b", 0), ("env", "a", 1), ("env", "b", 1)]
+    lane_a, lane_b = cs.claimed_runs(plan, tmp_path), cs.claimed_runs(plan, tmp_path)
+    assert next(lane_a) == ("env", "a", 0)  # held while lane A trains it
+    assert next(lane_b) == ("env", "b", 0)  # so lane B takes the next one
+    assert next(lane_a) == ("env", "a", 1)  # A is done with a0; b0 is B's
+    assert next(lane_b) == ("env", "b", 1)
+    assert next(lane_a, None) is None  # b1 is held: nothing is left for A
+    assert next(lane_b, None) is None
+
+
+def test_a_run_held_elsewhere_is_skipped_and_a_released_one_is_taken(tmp_path):
+    from toolgym.trainers.run_lock import run_dir_lock
+
+    plan = [("env", "a", 0), ("env", "a", 1)]
+    with run_dir_lock(tmp_path / "env" / "a_seed0", "other lane", lock_file=cs.CLAIM_LOCK):
+        assert list(cs.claimed_runs(plan, tmp_path)) == [("env", "a", 1)]
+    assert list(cs.claimed_runs(plan, tmp_path)) == plan  # the holder let go
+    # a claim that found the run finished (nothing written) leaves no empty folder behind
+    assert not (tmp_path / "env" / "a_seed1").exists()
+    kept = tmp_path / "env" / "b_seed0"
+    for _ in cs.claimed_runs([("env", "b", 0)], tmp_path):
+        (kept / "settings.json").write_text("{}")  # a run that started trains on in its folder
+    assert sorted(p.name for p in kept.iterdir()) == [cs.CLAIM_LOCK, "settings.json"]

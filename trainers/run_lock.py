@@ -17,20 +17,22 @@ LOCK_FILE = ".toolgym.lock"
 
 
 @contextmanager
-def run_dir_lock(run_dir: str | Path, command: str = "toolgym train") -> Iterator[Path]:
+def run_dir_lock(run_dir: str | Path, command: str = "toolgym train", lock_file: str = LOCK_FILE) -> Iterator[Path]:
     """Hold ``run_dir`` for this process: a second ``toolgym train`` (or a ``--resume`` while the
     first still trains) is a ``ValueError`` naming the holder's pid, instead of both writing one
     ``metrics.jsonl`` and one set of checkpoints.
 
     ``fcntl.flock`` on ``run_dir/.toolgym.lock``: the kernel drops the lock when its holder exits,
     however it ends (SIGKILL included), so a killed run never leaves the folder stuck. A folder this
-    call created is removed again if the block fails before writing anything else into it."""
+    call created is removed again if the block leaves nothing else in it (a start that failed).
+    ``lock_file`` names another lock in the same folder, for a holder around the trainer (a lane of
+    ``benchmarks.credit_schemes`` claiming a run it then trains under the trainer's own lock)."""
     import fcntl
 
     run_dir = Path(run_dir)
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / LOCK_FILE
+    path = run_dir / lock_file
     refuse_non_regular(path, "lock file")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
@@ -42,12 +44,10 @@ def run_dir_lock(run_dir: str | Path, command: str = "toolgym train") -> Iterato
                              "to finish or stop it, or choose another run_dir") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-        done = False
         try:
             yield path
-            done = True
         finally:
-            if created and not done and {p.name for p in run_dir.iterdir()} == {LOCK_FILE}:
+            if created and {p.name for p in run_dir.iterdir()} == {lock_file}:
                 path.unlink(missing_ok=True)
                 with contextlib.suppress(OSError):
                     run_dir.rmdir()
