@@ -269,14 +269,14 @@ def claimed_runs(plan: Sequence[tuple[str, str, int]], out: Path) -> Iterator[tu
     Lanes walking one plan this way share it dynamically: a run another lane trains is skipped, a
     finished run is passed on (``run_scheme`` returns its file), and the kernel drops the claim of a
     killed lane, so nothing stays claimed."""
-    from toolgym.trainers.run_lock import run_dir_lock
+    from toolgym.trainers.run_lock import RunDirBusy, run_dir_lock
 
     for env, scheme, seed in plan:
         with contextlib.ExitStack() as held:
             try:
-                held.enter_context(run_dir_lock(Path(out) / env / f"{scheme}_seed{seed}", "credit_schemes lane",
+                held.enter_context(run_dir_lock(out / env / f"{scheme}_seed{seed}", "credit_schemes lane",
                                                 lock_file=CLAIM_LOCK))
-            except ValueError:  # another lane holds it
+            except RunDirBusy:  # another lane holds it; any other error (a bad lock file) stops the lane
                 continue
             yield env, scheme, seed
 

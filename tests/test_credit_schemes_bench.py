@@ -597,3 +597,9 @@ def test_a_run_held_elsewhere_is_skipped_and_a_released_one_is_taken(tmp_path):
     for _ in cs.claimed_runs([("env", "b", 0)], tmp_path):
         (kept / "settings.json").write_text("{}")  # a run that started trains on in its folder
     assert sorted(p.name for p in kept.iterdir()) == [cs.CLAIM_LOCK, "settings.json"]
+
+
+def test_a_lock_file_that_is_not_a_file_stops_the_lane_instead_of_skipping_its_run(tmp_path):
+    (tmp_path / "env" / "a_seed0" / cs.CLAIM_LOCK).mkdir(parents=True)
+    with pytest.raises(ValueError, match="not a regular file"):
+        list(cs.claimed_runs([("env", "a", 0), ("env", "a", 1)], tmp_path))

@@ -11,15 +11,19 @@ from pathlib import Path
 
 from toolgym.data.atomic import refuse_non_regular
 
-__all__ = ["LOCK_FILE", "run_dir_lock"]
+__all__ = ["LOCK_FILE", "RunDirBusy", "run_dir_lock"]
 
 LOCK_FILE = ".toolgym.lock"
+
+
+class RunDirBusy(ValueError):
+    """Another process holds the run folder's lock (a ``ValueError``, so a CLI reports it as bad input)."""
 
 
 @contextmanager
 def run_dir_lock(run_dir: str | Path, command: str = "toolgym train", lock_file: str = LOCK_FILE) -> Iterator[Path]:
     """Hold ``run_dir`` for this process: a second ``toolgym train`` (or a ``--resume`` while the
-    first still trains) is a ``ValueError`` naming the holder's pid, instead of both writing one
+    first still trains) is a :class:`RunDirBusy` naming the holder's pid, instead of both writing one
     ``metrics.jsonl`` and one set of checkpoints.
 
     ``fcntl.flock`` on ``run_dir/.toolgym.lock``: the kernel drops the lock when its holder exits,
@@ -40,7 +44,7 @@ def run_dir_lock(run_dir: str | Path, command: str = "toolgym train", lock_file:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            raise ValueError(f"{run_dir} is in use by another {command} (pid {holder}, holding {path}): wait for it "
+            raise RunDirBusy(f"{run_dir} is in use by another {command} (pid {holder}, holding {path}): wait for it "
                              "to finish or stop it, or choose another run_dir") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
